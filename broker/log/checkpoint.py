@@ -1,0 +1,93 @@
+"""Checkpoint files, written atomically, in Kafka's text format.
+
+Every checkpoint is ``<version>\\n<count>\\n`` followed by one entry per line,
+as Kafka's ``CheckpointFile``. A write goes to ``<name>.tmp``, is fsynced,
+renamed over the old file and the directory is fsynced, so a crash leaves
+either the old or the new checkpoint, never a torn one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Final
+
+from proto.errors import KafkaStorageError
+
+VERSION: Final = 0
+
+RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT: Final = "replication-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT: Final = "leader-epoch-checkpoint"
+
+
+class CorruptCheckpointError(KafkaStorageError):
+    """A checkpoint file exists but cannot be parsed."""
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _write_lines(path: Path, lines: list[str]) -> None:
+    body = f"{VERSION}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
+    write_atomically(path, body.encode())
+
+
+def _read_lines(path: Path, fields: int) -> list[list[str]]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    lines = text.split("\n")
+    try:
+        version = int(lines[0])
+        count = int(lines[1])
+    except (IndexError, ValueError):
+        raise CorruptCheckpointError(f"{path}: malformed checkpoint header") from None
+    if version != VERSION:
+        raise CorruptCheckpointError(f"{path}: unknown checkpoint version {version}")
+    entries = [line.split() for line in lines[2:2 + count]]
+    if len(entries) != count or any(len(e) != fields for e in entries):
+        raise CorruptCheckpointError(f"{path}: expected {count} entries of {fields} fields")
+    return entries
+
+
+def write_offsets(path: Path, offsets: Mapping[tuple[str, int], int]) -> None:
+    """Per-partition offsets: ``topic partition offset`` lines."""
+    _write_lines(path, [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())])
+
+
+def read_offsets(path: Path) -> dict[tuple[str, int], int]:
+    try:
+        return {(t, int(p)): int(o) for t, p, o in _read_lines(path, 3)}
+    except ValueError:
+        raise CorruptCheckpointError(f"{path}: non-numeric partition or offset") from None
+
+
+def write_epoch_entries(path: Path, entries: Iterable[tuple[int, int]]) -> None:
+    """Leader epoch cache: ``epoch start_offset`` lines."""
+    _write_lines(path, [f"{e} {o}" for e, o in entries])
+
+
+def read_epoch_entries(path: Path) -> list[tuple[int, int]]:
+    try:
+        return [(int(e), int(o)) for e, o in _read_lines(path, 2)]
+    except ValueError:
+        raise CorruptCheckpointError(f"{path}: non-numeric epoch entry") from None

@@ -1,0 +1,438 @@
+"""The log of one partition replica: an ordered list of segments (Kafka's Log).
+
+Theory of operation
+-------------------
+Offsets: ``log_start_offset`` is the first offset still readable,
+``log_end_offset`` (LEO, SPEC S2.2) the offset the next record will get,
+``high_watermark`` (SPEC S3) the end of what is committed; always
+``log_start_offset <= high_watermark <= log_end_offset``. The replication
+layer decides the high watermark and hands it in; the log only stores it and
+keeps it within bounds.
+
+Appends: the leader path validates each batch (framing, CRC, counts) without
+decoding records and writes it with a new 16-byte prefix carrying the
+assigned ``base_offset`` and the leader epoch - one ``writev`` per request.
+The follower path writes the leader's bytes unchanged after checking that
+they continue the log. Both feed the leader-epoch cache (SPEC S8.1).
+
+Reads return raw whole batches, bounded by ``max_offset`` (the high
+watermark for consumers, SPEC S3.2) and by ``max_bytes`` (but at least one
+batch, so a consumer always makes progress).
+
+Recovery (SPEC S2.4): segments below the recovery point were flushed and are
+trusted; the rest are re-validated and a torn tail is cut off. Retention
+(SPEC S2.3) deletes whole inactive segments below the high watermark.
+"""
+
+from __future__ import annotations
+
+import bisect
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.log.checkpoint import LEADER_EPOCH_CHECKPOINT, read_epoch_entries, write_epoch_entries
+from broker.log.config import LogConfig
+from broker.log.epoch_cache import LeaderEpochCache
+from broker.log.segment import LOG_SUFFIX, LogSegment
+from proto.errors import (
+    InvalidRequestError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+)
+from proto.record_batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    BatchesInfo,
+    Record,
+    crc32c,
+    stamp_prefix,
+    validate_batches,
+)
+
+_BASE_OFFSET = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time_ms: int
+    record_count: int
+    batch_count: int
+    valid_bytes: int
+    log_start_offset: int
+
+
+def parse_topic_partition(dir_name: str) -> tuple[str, int]:
+    """``topic-3`` -> ("topic", 3); topic names may themselves contain dashes."""
+    topic, sep, part = dir_name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        raise KafkaStorageError(f"{dir_name!r} is not a topic-partition directory name")
+    return topic, int(part)
+
+
+class Log:
+    """A partition replica's log. Not thread-safe: one event loop owns it."""
+
+    def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig) -> None:
+        self.dir = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.high_watermark = 0
+        self.recovery_point = 0
+        self.epoch_cache = LeaderEpochCache()
+        self._unflushed_records = 0
+        self._last_flush_ms = 0
+        self.recovered_bytes_truncated = 0
+
+    # ------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, directory: Path, topic: str, partition: int, config: LogConfig, *, now_ms: int,
+             recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0,
+             clean_shutdown: bool = False) -> Log:
+        directory.mkdir(parents=True, exist_ok=True)
+        log = cls(directory, topic, partition, config)
+        log._last_flush_ms = now_ms
+        log._load(now_ms, recovery_point, log_start_offset, clean_shutdown)
+        log.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
+        return log
+
+    def _load(self, now_ms: int, recovery_point: int, log_start_offset: int, clean: bool) -> None:
+        for stale in self.dir.glob("*.tmp"):
+            stale.unlink()
+        bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.dir.glob("*" + LOG_SUFFIX)
+                       if p.name[: -len(LOG_SUFFIX)].isdigit())
+        # Index files without a data file are leftovers of a deleted segment.
+        for idx in list(self.dir.glob("*.index")) + list(self.dir.glob("*.timeindex")):
+            stem = idx.name.split(".")[0]
+            if stem.isdigit() and int(stem) not in bases:
+                idx.unlink()
+        # Segments below the recovery point were flushed; from the segment
+        # holding it onwards everything must be re-validated after a crash.
+        first_unflushed = len(bases)
+        if not clean:
+            first_unflushed = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+        for i, base in enumerate(bases):
+            seg = LogSegment(self.dir, base, self.config, now_ms)
+            self._segments.append(seg)
+            self._bases.append(base)
+            if i < first_unflushed:
+                seg.load()
+                continue
+            truncated = seg.recover()
+            seg.flush()  # what survived recovery is now durable: the recovery point may pass it
+            self.recovered_bytes_truncated += truncated
+            if truncated:
+                # A torn segment ends the log: anything after it cannot be trusted.
+                for later in bases[i + 1:]:
+                    LogSegment(self.dir, later, self.config, now_ms).delete()
+                break
+        if not self._segments:
+            self._add_segment(max(0, log_start_offset), now_ms)
+        self.log_end_offset = self._segments[-1].next_offset
+        self.log_start_offset = min(max(log_start_offset, self._bases[0]), self.log_end_offset)
+        self.recovery_point = self.log_end_offset
+        self.epoch_cache = LeaderEpochCache(read_epoch_entries(self.dir / LEADER_EPOCH_CHECKPOINT))
+        changed = self.epoch_cache.truncate_from_end(self.log_end_offset)
+        changed |= self.epoch_cache.truncate_from_start(self.log_start_offset)
+        if changed:
+            self._checkpoint_epochs()
+
+    def _add_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        seg = LogSegment(self.dir, base_offset, self.config, now_ms)
+        self._segments.append(seg)
+        self._bases.append(base_offset)
+        return seg
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epoch_cache.latest_epoch
+
+    # ------------------------------------------------------------ appends
+
+    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> LogAppendInfo:
+        """Validate, assign offsets and the leader epoch, write. Raises typed errors for bad input;
+        nothing is written unless every batch checks out."""
+        info = validate_batches(records, max_batch_bytes=self.config.max_message_bytes)
+        self._check_fits(len(records))
+        if leader_epoch >= 0 and self.epoch_cache.assign(leader_epoch, self.log_end_offset):
+            self._checkpoint_epochs()
+        append_time = -1
+        src: bytes | bytearray = records
+        if self.config.message_timestamp_type == "LogAppendTime":
+            src = _with_log_append_time(records, info, now_ms)
+            append_time = now_ms
+        mv = memoryview(src)
+        first = offset = self.log_end_offset
+        pieces: list[bytes | memoryview] = []
+        for pos, size, span in info.spans:
+            pieces.append(stamp_prefix(offset, size - LOG_OVERHEAD, leader_epoch))
+            pieces.append(mv[pos + 16:pos + size])
+            offset += span
+        max_ts = append_time if append_time >= 0 else info.max_timestamp
+        return self._write(first, offset, pieces, len(records), info, max_ts,
+                           first + info.shallow_offset_of_max_timestamp, append_time, now_ms)
+
+    def append_as_follower(self, records: bytes, now_ms: int) -> LogAppendInfo:
+        """Append the leader's batches as they are; they must continue this log."""
+        info = validate_batches(records, require_records=False)
+        self._check_fits(len(records))
+        first = _BASE_OFFSET.unpack_from(records, 0)[0]
+        if first < self.log_end_offset:
+            raise InvalidRequestError(
+                f"{self.topic}-{self.partition}: follower append at {first} below log end {self.log_end_offset}")
+        expected = first
+        changed = False
+        for pos, _size, span in info.spans:
+            base = _BASE_OFFSET.unpack_from(records, pos)[0]
+            if base < expected:
+                raise InvalidRequestError(f"{self.topic}-{self.partition}: batch offsets go backwards at {base}")
+            epoch = _EPOCH.unpack_from(records, pos + 12)[0]
+            changed |= self.epoch_cache.assign(epoch, base)
+            expected = base + span
+        if changed:
+            self._checkpoint_epochs()
+        return self._write(first, expected, [records], len(records), info, info.max_timestamp,
+                           first + info.shallow_offset_of_max_timestamp, -1, now_ms)
+
+    def _check_fits(self, nbytes: int) -> None:
+        if nbytes > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{nbytes} bytes of records exceed segment.bytes={self.config.segment_bytes}")
+
+    def _write(self, first: int, next_offset: int, pieces: list[bytes | memoryview], nbytes: int,
+               info: BatchesInfo, max_ts: int, offset_of_max_ts: int, append_time: int,
+               now_ms: int) -> LogAppendInfo:
+        seg = self._segments[-1]
+        if seg.should_roll(nbytes, first, now_ms):
+            seg = self._roll(first, now_ms)
+        elif seg.size == 0 and seg.base_offset != first:
+            # An empty active segment (after truncation) must be named by its first offset.
+            seg.delete()
+            self._segments.pop()
+            self._bases.pop()
+            seg = self._add_segment(first, now_ms)
+        seg.append(first, next_offset, pieces, nbytes, max_ts, offset_of_max_ts, now_ms)
+        self.log_end_offset = next_offset
+        self._unflushed_records += info.record_count
+        if self._unflushed_records >= self.config.flush_messages:
+            self.flush()
+        return LogAppendInfo(first, next_offset - 1, max_ts, offset_of_max_ts, append_time,
+                             info.record_count, info.batch_count, nbytes, self.log_start_offset)
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the LEO (no-op if the active one is empty)."""
+        if self._segments[-1].size == 0:
+            return self._segments[-1]
+        return self._roll(self.log_end_offset, now_ms)
+
+    def _roll(self, base_offset: int, now_ms: int) -> LogSegment:
+        old = self._segments[-1]
+        old.on_become_inactive()  # flushes: everything below the new segment is durable
+        self.recovery_point = max(self.recovery_point, old.next_offset)
+        return self._add_segment(base_offset, now_ms)
+
+    # ------------------------------------------------------------ reads
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> bytes:
+        """Raw whole batches from the batch holding ``start_offset``; ``max_offset`` excluded."""
+        if max_bytes < 0:
+            raise InvalidRequestError(f"max_bytes must be >= 0, got {max_bytes}")
+        if start_offset < self.log_start_offset or start_offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is outside [{self.log_start_offset}, {self.log_end_offset}] "
+                f"of {self.topic}-{self.partition}")
+        limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        if start_offset >= limit:
+            return b""
+        i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+        while i < len(self._segments):
+            seg = self._segments[i]
+            if limit >= seg.next_offset:
+                max_position = seg.size
+            else:
+                found = seg.translate_offset(limit)
+                max_position = found[0] if found else seg.size
+            data = seg.read(start_offset, max_bytes, max_position, min_one_batch)
+            if data is not None:
+                return data
+            i += 1
+        return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> Record | None:
+        """The first record with timestamp >= ``timestamp`` (ListOffsets by time)."""
+        for seg in self._segments:
+            if seg.max_timestamp >= timestamp:
+                rec = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if rec is not None:
+                    return rec
+        return None
+
+    # ------------------------------------------------------------ high watermark and epochs
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Store the high watermark, clamped to [log_start_offset, LEO]; returns it."""
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        return self.high_watermark
+
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        if self.epoch_cache.assign(epoch, start_offset):
+            self._checkpoint_epochs()
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    def _checkpoint_epochs(self) -> None:
+        write_epoch_entries(self.dir / LEADER_EPOCH_CHECKPOINT, self.epoch_cache.pairs())
+
+    # ------------------------------------------------------------ truncation
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every batch holding offsets >= ``target_offset`` (a whole batch, as Kafka).
+        Returns True when anything was removed."""
+        if target_offset < 0:
+            raise InvalidRequestError(f"cannot truncate to a negative offset {target_offset}")
+        if target_offset >= self.log_end_offset:
+            return False
+        if target_offset < self._bases[0]:
+            self.truncate_fully_and_start_at(target_offset)
+            return True
+        while len(self._segments) > 1 and self._bases[-1] > target_offset:
+            self._segments.pop().delete()
+            self._bases.pop()
+        self._segments[-1].truncate_to(target_offset)
+        self.log_end_offset = self._segments[-1].next_offset
+        self._after_truncation()
+        return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Drop everything; the log restarts, empty, at ``new_offset``."""
+        if new_offset < 0:
+            raise InvalidRequestError(f"cannot start a log at negative offset {new_offset}")
+        now_ms = self._segments[-1].rolling_base_ms or 0
+        for seg in self._segments:
+            seg.delete()
+        self._segments.clear()
+        self._bases.clear()
+        self._add_segment(new_offset, now_ms)
+        self.log_start_offset = self.log_end_offset = new_offset
+        if self.epoch_cache.clear():
+            self._checkpoint_epochs()
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
+        self.recovery_point = min(max(self.recovery_point, self.log_start_offset), self.log_end_offset)
+        if self.epoch_cache.truncate_from_end(self.log_end_offset):
+            self._checkpoint_epochs()
+
+    # ------------------------------------------------------------ retention
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention (SPEC S2.3): delete whole inactive segments, oldest first, that are
+        past retention.ms, beyond retention.bytes, or wholly below the log start offset.
+        Never the active segment, never anything at or above the high watermark."""
+        cfg = self.config
+        excess = self.size - cfg.retention_bytes if cfg.retention_bytes >= 0 else 0
+        n = 0
+        while n < len(self._segments) - 1:
+            seg = self._segments[n]
+            upper = self._bases[n + 1]
+            if upper > self.high_watermark:
+                break
+            by_start = upper <= self.log_start_offset
+            by_time = cfg.retention_ms >= 0 and now_ms - seg.largest_timestamp > cfg.retention_ms
+            by_size = cfg.retention_bytes >= 0 and excess - seg.size >= 0
+            if not (by_start or by_time or by_size):
+                break
+            excess -= seg.size
+            n += 1
+        if n == 0:
+            return 0
+        for seg in self._segments[:n]:
+            seg.delete()
+        del self._segments[:n]
+        del self._bases[:n]
+        self.log_start_offset = max(self.log_start_offset, self._bases[0])
+        if self.epoch_cache.truncate_from_start(self.log_start_offset):
+            self._checkpoint_epochs()
+        return n
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        if offset <= self.log_start_offset:
+            return False
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(f"cannot move log start to {offset} above the HW {self.high_watermark}")
+        self.log_start_offset = offset
+        if self.epoch_cache.truncate_from_start(offset):
+            self._checkpoint_epochs()
+        return True
+
+    # ------------------------------------------------------------ durability and lifecycle
+
+    def flush(self) -> None:
+        """fsync every segment at or after the recovery point; advance the recovery point."""
+        i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+        for seg in self._segments[i:]:
+            seg.flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed_records = 0
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """flush.ms policy, called periodically by the broker."""
+        if self.recovery_point < self.log_end_offset and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            self._last_flush_ms = now_ms
+            return True
+        return False
+
+    def close(self) -> None:
+        for seg in self._segments:
+            seg.close()
+
+    def delete(self) -> None:
+        for seg in self._segments:
+            seg.delete()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _with_log_append_time(records: bytes, info: BatchesInfo, now_ms: int) -> bytearray:
+    """message.timestamp.type=LogAppendTime: rewrite max_timestamp and the timestamp-type bit;
+    both are under the CRC, so (only on this opt-in path) the batch is re-checksummed."""
+    buf = bytearray(records)
+    for pos, size, _span in info.spans:
+        (attrs,) = struct.unpack_from(">h", buf, pos + ATTRIBUTES_OFFSET)
+        struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, attrs | TIMESTAMP_TYPE_MASK)
+        struct.pack_into(">q", buf, pos + 35, now_ms)
+        struct.pack_into(">I", buf, pos + CRC_OFFSET, crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size]))
+    return buf

@@ -1,0 +1,207 @@
+"""All logs of one broker across its log directories (Kafka's LogManager).
+
+Theory of operation: each log directory holds one sub-directory per replica
+(``topic-partition``), a lock file (one broker per directory), and three
+checkpoint files - recovery points, log start offsets and high watermarks -
+keyed by topic-partition. A ``.kafka_cleanshutdown`` marker written last at
+shutdown and removed at start-up tells the next start whether the logs can be
+trusted as they are or must be recovered from their recovery points.
+
+Periodic duties (retention, flush.ms, checkpoints) are methods taking
+``now_ms``; the broker's scheduler calls them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+from broker.log.checkpoint import (
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    fsync_dir,
+    read_offsets,
+    write_atomically,
+    write_offsets,
+)
+from broker.log.config import LogConfig
+from broker.log.log import Log, parse_topic_partition
+from proto.errors import KafkaStorageError
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+DELETE_SUFFIX = "-delete"
+
+TopicPartition = tuple[str, int]
+
+
+class LogDirLockedError(KafkaStorageError):
+    """Another process holds this log directory."""
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[Path], default_config: LogConfig,
+                 config_for_topic: Callable[[str], LogConfig] | None = None) -> None:
+        if not log_dirs:
+            raise KafkaStorageError("at least one log directory is required")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.default_config = default_config
+        self._config_for_topic = config_for_topic or (lambda _topic: default_config)
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._locks: list[IO[bytes]] = []
+        self.had_clean_shutdown: dict[Path, bool] = {}
+
+    # ------------------------------------------------------------ start-up
+
+    def startup(self, now_ms: int) -> None:
+        """Lock the directories and load (recovering where needed) every log in them."""
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            self._lock(d)
+        for d in self.log_dirs:
+            marker = d / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            self.had_clean_shutdown[d] = clean
+            recovery = read_offsets(d / RECOVERY_POINT_CHECKPOINT)
+            starts = read_offsets(d / LOG_START_OFFSET_CHECKPOINT)
+            hws = read_offsets(d / HIGH_WATERMARK_CHECKPOINT)
+            for entry in sorted(os.scandir(d), key=lambda e: e.name):
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith(DELETE_SUFFIX):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    continue
+                try:
+                    tp = parse_topic_partition(entry.name)
+                except KafkaStorageError:
+                    continue
+                if tp in self._logs:
+                    raise KafkaStorageError(f"{tp[0]}-{tp[1]} exists in two log directories")
+                self._logs[tp] = Log.open(Path(entry.path), tp[0], tp[1], self._config_for_topic(tp[0]),
+                                          now_ms=now_ms, recovery_point=recovery.get(tp, 0),
+                                          log_start_offset=starts.get(tp, 0), high_watermark=hws.get(tp, 0),
+                                          clean_shutdown=clean)
+                self._dir_of[tp] = d
+            # From here on a crash must be detected: the marker goes until the next clean stop.
+            marker.unlink(missing_ok=True)
+        self.checkpoint_recovery_points()
+
+    def _lock(self, d: Path) -> None:
+        f = open(d / LOCK_FILE, "a+b")  # noqa: SIM115 - held for the life of the manager
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise LogDirLockedError(f"log directory {d} is in use by another process") from None
+        self._locks.append(f)
+
+    # ------------------------------------------------------------ logs
+
+    def __iter__(self) -> Iterator[tuple[TopicPartition, Log]]:
+        return iter(list(self._logs.items()))
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int, now_ms: int,
+                          config: LogConfig | None = None) -> Log:
+        tp = (topic, partition)
+        log = self._logs.get(tp)
+        if log is not None:
+            return log
+        # The directory holding the fewest logs gets the new one, as Kafka does.
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        d = min(self.log_dirs, key=lambda x: counts[x])
+        log = Log.open(d / f"{topic}-{partition}", topic, partition, config or self._config_for_topic(topic),
+                       now_ms=now_ms)
+        fsync_dir(d)
+        self._logs[tp] = log
+        self._dir_of[tp] = d
+        return log
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Remove a replica's log: renamed first, so a crash mid-delete finishes at next start."""
+        tp = (topic, partition)
+        log = self._logs.pop(tp, None)
+        if log is None:
+            return False
+        d = self._dir_of.pop(tp)
+        log.close()
+        doomed = d / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+        os.rename(log.dir, doomed)
+        fsync_dir(d)
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    def update_config(self, topic: str, config: LogConfig) -> None:
+        for (t, _p), log in self._logs.items():
+            if t == topic:
+                log.config = config
+                for seg in log.segments:
+                    seg.config = config
+
+    # ------------------------------------------------------------ periodic duties
+
+    def cleanup_logs(self, now_ms: int) -> int:
+        """Retention over every log; returns the number of segments deleted."""
+        return sum(log.delete_old_segments(now_ms) for log in self._logs.values())
+
+    def flush_dirty_logs(self, now_ms: int) -> None:
+        for log in self._logs.values():
+            log.maybe_flush(now_ms)
+
+    def _checkpoint(self, name: str, value: Callable[[Log], int]) -> None:
+        for d in self.log_dirs:
+            offsets = {tp: value(log) for tp, log in self._logs.items() if self._dir_of[tp] == d}
+            write_offsets(d / name, offsets)
+
+    def checkpoint_recovery_points(self) -> None:
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._checkpoint(HIGH_WATERMARK_CHECKPOINT, lambda log: log.high_watermark)
+
+    # ------------------------------------------------------------ shutdown
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write all checkpoints, then the clean-shutdown marker."""
+        for log in self._logs.values():
+            log.flush()
+            log.close()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        for d in self.log_dirs:
+            write_atomically(d / CLEAN_SHUTDOWN_FILE, b"")
+        self._release()
+
+    def _release(self) -> None:
+        for f in self._locks:
+            f.close()
+        self._locks.clear()
+
+    def abandon(self) -> None:
+        """Drop everything without flushing or checkpointing: what a kill -9 leaves behind.
+
+        Used by crash tests and by a broker whose storage failed; the next start recovers.
+        """
+        for log in self._logs.values():
+            for seg in log.segments:
+                seg.abandon()
+        self._logs.clear()
+        self._release()

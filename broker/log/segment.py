@@ -1,0 +1,338 @@
+"""One log segment: a data file of record batches plus its two indexes (Kafka's LogSegment).
+
+Theory of operation: a segment is named by its base offset (``%020d.log``,
+``.index``, ``.timeindex``) and only ever grows at its end. Batches are
+written with one ``writev`` of already-stamped pieces and read back as raw
+bytes with ``pread``; the segment never decodes records except to answer
+offset-by-timestamp. Positions are found through the sparse offset index
+plus a scan of batch headers (never record bodies).
+
+``recover()`` is the crash path (SPEC S2.4): it re-reads the data file batch
+by batch, checks framing, offsets and CRC, rebuilds both indexes, and cuts
+the file at the first batch that does not check out.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from broker.log.config import LogConfig
+from broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from proto.errors import KafkaStorageError
+from proto.record_batch import (
+    ATTRIBUTES_OFFSET,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    Record,
+    crc32c,
+    decode_batch,
+)
+
+# base_offset, batch_length, partition_leader_epoch, magic, crc, attributes, last_offset_delta
+_HEAD27: Final = struct.Struct(">qiibIhi")
+_MAX_TS: Final = struct.Struct(">q")
+_LENGTH: Final = struct.Struct(">i")
+_SCAN_CHUNK: Final = 16 * 1024
+_RECOVER_CHUNK: Final = 4 * 1024 * 1024
+
+LOG_SUFFIX: Final = ".log"
+INDEX_SUFFIX: Final = ".index"
+TIME_INDEX_SUFFIX: Final = ".timeindex"
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> None:
+        self.base_offset = base_offset
+        self.config = config
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX), base_offset,
+                                 config.max_index_entries)
+        self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset,
+                                    config.max_index_entries)
+        self._file = open(self.log_path, "a+b", buffering=0)  # noqa: SIM115 - lives as long as the segment
+        self._fd = self._file.fileno()
+        self.size = os.fstat(self._fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self._bytes_since_index_entry = 0
+        # segment.ms counts from the first append (or the first batch's timestamp on reload).
+        self.rolling_base_ms: int | None = None
+        self._created_ms = now_ms
+
+    # ------------------------------------------------------------ loading
+
+    def load(self) -> None:
+        """Trust the files after a clean shutdown, but check the indexes agree with the data.
+
+        Falls back to a full ``recover()`` when they do not.
+        """
+        try:
+            self.index.load()
+            self.index.sanity_check(self.size)
+            self.time_index.load()
+            self._rescan_tail()
+            self.time_index.sanity_check(self.next_offset)
+        except (CorruptIndexError, KafkaStorageError):
+            self.recover()
+
+    def _rescan_tail(self) -> None:
+        """Recompute next_offset / max timestamp from the last index entry to the end."""
+        last_indexed, pos = self.index.lookup(self.base_offset + (1 << 31))
+        next_offset = self.base_offset if pos == 0 else last_indexed
+        if self.time_index.last_timestamp >= 0:
+            ts, off = self.time_index.lookup(self.time_index.last_timestamp)
+            self.max_timestamp, self.offset_of_max_timestamp = ts, off
+        first = True
+        while pos < self.size:
+            head = os.pread(self._fd, HEADER_SIZE, pos)
+            if len(head) < HEADER_SIZE:
+                raise KafkaStorageError(f"{self.log_path}: partial batch header at {pos}")
+            base, length, _e, magic, _crc, _attrs, last_delta = _HEAD27.unpack_from(head)
+            if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or pos + length + LOG_OVERHEAD > self.size:
+                raise KafkaStorageError(f"{self.log_path}: bad batch at {pos}")
+            (max_ts,) = _MAX_TS.unpack_from(head, 35)
+            if first and pos == 0:
+                self.rolling_base_ms = max_ts
+            first = False
+            if max_ts > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = max_ts, base + last_delta
+            next_offset = base + last_delta + 1
+            pos += length + LOG_OVERHEAD
+        self.next_offset = next_offset
+        if self.size and self.rolling_base_ms is None:
+            head = os.pread(self._fd, HEADER_SIZE, 0)
+            self.rolling_base_ms = _MAX_TS.unpack_from(head, 35)[0]
+
+    def recover(self, expected_first_offset: int | None = None) -> int:
+        """Rebuild the indexes from the data, truncating at the first bad batch.
+
+        Returns the number of bytes cut off the end of the data file.
+        """
+        self.index.reset()
+        self.time_index.reset()
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.rolling_base_ms = None
+        self._bytes_since_index_entry = 0
+        next_offset = self.base_offset if expected_first_offset is None else expected_first_offset
+        pos = 0
+        buf = b""
+        buf_start = 0
+        size = self.size
+
+        def window(n: int) -> memoryview | None:
+            nonlocal buf, buf_start
+            have = buf_start + len(buf) - pos
+            if have < n:
+                want = max(_RECOVER_CHUNK, n - have)
+                more = os.pread(self._fd, want, buf_start + len(buf))
+                buf = buf[pos - buf_start:] + more
+                buf_start = pos
+                if len(buf) < n:
+                    return None
+            return memoryview(buf)[pos - buf_start:pos - buf_start + n]
+
+        while pos < size:
+            head = window(HEADER_SIZE)
+            if head is None:
+                break
+            base, length, _e, magic, crc, _attrs, last_delta = _HEAD27.unpack_from(head)
+            batch_size = length + LOG_OVERHEAD
+            if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or last_delta < 0 or base < next_offset:
+                break
+            batch = window(batch_size)
+            if batch is None or crc32c(batch[ATTRIBUTES_OFFSET:]) != crc:
+                break
+            (max_ts,) = _MAX_TS.unpack_from(batch, 35)
+            if self.rolling_base_ms is None:
+                self.rolling_base_ms = max_ts
+            if max_ts > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = max_ts, base + last_delta
+            if self._bytes_since_index_entry > self.config.index_interval_bytes or pos == 0:
+                self.index.append(base, pos)
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self._bytes_since_index_entry = 0
+            self._bytes_since_index_entry += batch_size
+            next_offset = base + last_delta + 1
+            pos += batch_size
+        truncated = size - pos
+        if truncated:
+            os.ftruncate(self._fd, pos)
+            self.size = pos
+        self.next_offset = max(next_offset, self.base_offset)
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        return truncated
+
+    # ------------------------------------------------------------ appends
+
+    def should_roll(self, write_bytes: int, first_offset: int, now_ms: int) -> bool:
+        if self.size == 0:
+            return False
+        base_ms = self.rolling_base_ms if self.rolling_base_ms is not None else self._created_ms
+        return (self.size + write_bytes > self.config.segment_bytes
+                or now_ms - base_ms > self.config.segment_ms
+                or self.index.is_full or self.time_index.is_full
+                or first_offset - self.base_offset > 0x7FFFFFFF - (1 << 20))
+
+    def append(self, first_offset: int, next_offset: int, pieces: Sequence[bytes | memoryview], nbytes: int,
+               max_timestamp: int, offset_of_max_timestamp: int, now_ms: int) -> None:
+        """Write already-validated, already-stamped batches at the end of the segment."""
+        if self.size == 0 and self.rolling_base_ms is None:
+            self.rolling_base_ms = now_ms
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp
+        if self._bytes_since_index_entry > self.config.index_interval_bytes or self.size == 0:
+            self.index.append(first_offset, self.size)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        written = os.writev(self._fd, pieces)
+        while written < nbytes:  # short writes are legal; finish the job
+            flat = b"".join(bytes(p) for p in pieces)
+            written += os.write(self._fd, flat[written:])
+        self._bytes_since_index_entry += nbytes
+        self.size += nbytes
+        self.next_offset = next_offset
+
+    # ------------------------------------------------------------ reads
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, int, int] | None:
+        """(position, base_offset, size) of the first batch whose last offset >= ``offset``."""
+        _, pos = self.index.lookup(offset)
+        pos = max(pos, start_position)
+        size = self.size
+        while pos < size:
+            chunk = os.pread(self._fd, min(_SCAN_CHUNK, size - pos), pos)
+            p = 0
+            n = len(chunk)
+            if n < 27:
+                return None
+            while p + 27 <= n:
+                base, length, _e, _m, _c, _a, last_delta = _HEAD27.unpack_from(chunk, p)
+                if length < HEADER_SIZE - LOG_OVERHEAD:
+                    raise KafkaStorageError(f"{self.log_path}: bad batch length at {pos + p}")
+                if base + last_delta >= offset:
+                    return pos + p, base, length + LOG_OVERHEAD
+                p += length + LOG_OVERHEAD
+            pos += p
+        return None
+
+    def read(self, start_offset: int, max_bytes: int, max_position: int, min_one_batch: bool) -> bytes | None:
+        """Whole batches from the one holding ``start_offset``, up to ``max_bytes`` and
+        ``max_position``; None when ``start_offset`` is past this segment."""
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        start_pos, _base, first_size = found
+        if start_pos >= max_position:
+            return b""
+        if max_position - start_pos < first_size or (max_bytes < first_size and not min_one_batch):
+            return b""
+        end = self._end_of_whole_batches(start_pos, min(start_pos + max(max_bytes, first_size), max_position))
+        # Exactly whole batches in one pread: the bytes go to the wire without another copy.
+        return os.pread(self._fd, end - start_pos, start_pos)
+
+    def _end_of_whole_batches(self, start_pos: int, limit_pos: int) -> int:
+        """The largest batch boundary <= ``limit_pos`` (``start_pos`` is one).
+
+        The offset index already knows boundaries every index.interval.bytes, so
+        only the headers between the last indexed boundary and the limit are read.
+        """
+        if limit_pos >= self.size:
+            return self.size
+        p = max(self.index.floor_position(limit_pos), start_pos)
+        while True:
+            chunk = os.pread(self._fd, min(_SCAN_CHUNK, limit_pos - p), p)
+            q = 0
+            while q + LOG_OVERHEAD <= len(chunk):
+                (length,) = _LENGTH.unpack_from(chunk, q + 8)
+                if length < HEADER_SIZE - LOG_OVERHEAD:
+                    raise KafkaStorageError(f"{self.log_path}: bad batch length at {p + q}")
+                if p + q + length + LOG_OVERHEAD > limit_pos:
+                    return p + q
+                q += length + LOG_OVERHEAD
+            if q == 0:
+                return p
+            p += q
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> Record | None:
+        """The first record at or after ``start_offset`` with timestamp >= ``timestamp``."""
+        # Entries are (max timestamp so far, its offset); all records before an
+        # entry's offset have timestamps <= the entry's, so look up ts - 1.
+        _ts, offset = self.time_index.lookup(timestamp - 1)
+        found = self.translate_offset(max(offset, start_offset))
+        pos = found[0] if found else self.size
+        while pos < self.size:
+            head = os.pread(self._fd, HEADER_SIZE, pos)
+            _base, length, *_ = _HEAD27.unpack_from(head)
+            (max_ts,) = _MAX_TS.unpack_from(head, 35)
+            size = length + LOG_OVERHEAD
+            if max_ts >= timestamp:
+                _h, records = decode_batch(os.pread(self._fd, size, pos), 0)
+                for r in records:
+                    if r.timestamp >= timestamp and r.offset >= start_offset:
+                        return r
+            pos += size
+        return None
+
+    # ------------------------------------------------------------ truncation and lifecycle
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset >= ``offset``; returns bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        pos, base, _size = found
+        removed = self.size - pos
+        self.index.truncate_to_position(pos)
+        self.time_index.truncate_to(base)
+        os.ftruncate(self._fd, pos)
+        self.size = pos
+        self.max_timestamp = -1
+        self.rolling_base_ms = None if pos == 0 else self.rolling_base_ms
+        self._rescan_tail()
+        self._bytes_since_index_entry = 0
+        return removed
+
+    def on_become_inactive(self) -> None:
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.flush()
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Max record timestamp, or the file's mtime for a segment without timestamps."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self._fd).st_mtime * 1000)
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self.index.flush()
+            self.time_index.flush()
+            self._file.close()
+
+    def abandon(self) -> None:
+        """Close the data file without writing pending index entries (what a crash leaves)."""
+        if not self._file.closed:
+            self._file.close()
+
+    def delete(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            path.unlink(missing_ok=True)
+

@@ -1,0 +1,42 @@
+"""The ``minikafka`` command line.
+
+Subcommands are added by the issues that build them (broker, cluster, topics,
+produce, consume, ...). Errors print one line and exit non-zero; no tracebacks
+for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from proto.errors import KafkaError
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="minikafka", description="A Kafka-style broker cluster on ZooKeeper.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    from client import storage_demo
+
+    storage_demo.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        rc: int = args.func(args)
+    except KafkaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

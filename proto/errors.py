@@ -1,0 +1,321 @@
+"""One error root for broker, controller and client.
+
+Theory of operation: every error that can cross the wire is a subclass of
+``KafkaError`` carrying Kafka's numeric ``code`` (the ``ErrorCode`` enum of
+``minikafka.proto``) and two flags that drive client behaviour, as in
+aiokafka's ``errors.py``:
+
+* ``retriable`` - the same request may succeed later unchanged;
+* ``invalid_metadata`` - the client's view of leaders is stale: refresh
+  metadata before retrying.
+
+``for_code(code)`` maps a code back to its class, so a response's error code
+becomes a typed exception with ``raise for_code(code)(message)``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+_BY_CODE: dict[int, type[KafkaError]] = {}
+
+
+class KafkaError(Exception):
+    """Root of every minikafka error."""
+
+    code: ClassVar[int] = -1
+    name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
+    retriable: ClassVar[bool] = False
+    invalid_metadata: ClassVar[bool] = False
+    description: ClassVar[str] = "An unexpected server error."
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.description)
+        self.message = message or self.description
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        _BY_CODE.setdefault(cls.code, cls)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.message}"
+
+
+class UnknownServerError(KafkaError):
+    """The catch-all: anything the broker did not expect."""
+
+
+class OffsetOutOfRangeError(KafkaError):
+    code, name = 1, "OFFSET_OUT_OF_RANGE"
+    description = "The requested offset is outside the log."
+
+
+class CorruptMessageError(KafkaError):
+    code, name = 2, "CORRUPT_MESSAGE"
+    description = "A record batch failed its CRC or is malformed."
+    retriable = True
+
+
+class UnknownTopicOrPartitionError(KafkaError):
+    code, name = 3, "UNKNOWN_TOPIC_OR_PARTITION"
+    description = "This server does not host this topic-partition."
+    retriable = True
+    invalid_metadata = True
+
+
+class InvalidFetchSizeError(KafkaError):
+    code, name = 4, "INVALID_FETCH_SIZE"
+    description = "The requested fetch size is invalid."
+
+
+class LeaderNotAvailableError(KafkaError):
+    code, name = 5, "LEADER_NOT_AVAILABLE"
+    description = "There is no leader for this partition."
+    retriable = True
+    invalid_metadata = True
+
+
+class NotLeaderOrFollowerError(KafkaError):
+    code, name = 6, "NOT_LEADER_OR_FOLLOWER"
+    description = "This server is not the leader (or follower) of the partition."
+    retriable = True
+    invalid_metadata = True
+
+
+class RequestTimedOutError(KafkaError):
+    code, name = 7, "REQUEST_TIMED_OUT"
+    description = "The request timed out."
+    retriable = True
+
+
+class BrokerNotAvailableError(KafkaError):
+    code, name = 8, "BROKER_NOT_AVAILABLE"
+    description = "The broker is not available."
+
+
+class ReplicaNotAvailableError(KafkaError):
+    code, name = 9, "REPLICA_NOT_AVAILABLE"
+    description = "The replica is not available."
+    retriable = True
+    invalid_metadata = True
+
+
+class MessageTooLargeError(KafkaError):
+    code, name = 10, "MESSAGE_TOO_LARGE"
+    description = "A batch is larger than max.message.bytes."
+
+
+class StaleControllerEpochError(KafkaError):
+    code, name = 11, "STALE_CONTROLLER_EPOCH"
+    description = "The request came from a controller with an old epoch."
+
+
+class NetworkError(KafkaError):
+    code, name = 13, "NETWORK_EXCEPTION"
+    description = "The connection to the broker failed."
+    retriable = True
+    invalid_metadata = True
+
+
+class CoordinatorNotAvailableError(KafkaError):
+    code, name = 15, "COORDINATOR_NOT_AVAILABLE"
+    description = "The coordinator is not available."
+    retriable = True
+
+
+class InvalidTopicError(KafkaError):
+    code, name = 17, "INVALID_TOPIC_EXCEPTION"
+    description = "The topic name is not legal."
+
+
+class RecordListTooLargeError(KafkaError):
+    code, name = 18, "RECORD_LIST_TOO_LARGE"
+    description = "The record data is larger than the segment size."
+
+
+class NotEnoughReplicasError(KafkaError):
+    code, name = 19, "NOT_ENOUGH_REPLICAS"
+    description = "The ISR is smaller than min.insync.replicas."
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(KafkaError):
+    code, name = 20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    description = "Appended, but the ISR shrank below min.insync.replicas."
+    retriable = True
+
+
+class InvalidRequiredAcksError(KafkaError):
+    code, name = 21, "INVALID_REQUIRED_ACKS"
+    description = "acks must be 0, 1 or -1 (all)."
+
+
+class InvalidGroupIdError(KafkaError):
+    code, name = 24, "INVALID_GROUP_ID"
+    description = "The group id is not valid."
+
+
+class InvalidTimestampError(KafkaError):
+    code, name = 32, "INVALID_TIMESTAMP"
+    description = "A timestamp is out of the accepted range."
+
+
+class UnsupportedVersionError(KafkaError):
+    code, name = 35, "UNSUPPORTED_VERSION"
+    description = "This version is not supported."
+
+
+class TopicAlreadyExistsError(KafkaError):
+    code, name = 36, "TOPIC_ALREADY_EXISTS"
+    description = "The topic already exists."
+
+
+class InvalidPartitionsError(KafkaError):
+    code, name = 37, "INVALID_PARTITIONS"
+    description = "The number of partitions is invalid."
+
+
+class InvalidReplicationFactorError(KafkaError):
+    code, name = 38, "INVALID_REPLICATION_FACTOR"
+    description = "The replication factor is invalid."
+
+
+class InvalidReplicaAssignmentError(KafkaError):
+    code, name = 39, "INVALID_REPLICA_ASSIGNMENT"
+    description = "The replica assignment is invalid."
+
+
+class InvalidConfigError(KafkaError):
+    code, name = 40, "INVALID_CONFIG"
+    description = "A configuration is invalid."
+
+
+class NotControllerError(KafkaError):
+    code, name = 41, "NOT_CONTROLLER"
+    description = "This broker is not the controller."
+    retriable = True
+    invalid_metadata = True
+
+
+class InvalidRequestError(KafkaError):
+    code, name = 42, "INVALID_REQUEST"
+    description = "The request is malformed."
+
+
+class PolicyViolationError(KafkaError):
+    code, name = 44, "POLICY_VIOLATION"
+    description = "The request violates a policy."
+
+
+class OutOfOrderSequenceNumberError(KafkaError):
+    code, name = 45, "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    description = "The broker received an out of order sequence number."
+
+
+class DuplicateSequenceNumberError(KafkaError):
+    code, name = 46, "DUPLICATE_SEQUENCE_NUMBER"
+    description = "The broker received a duplicate sequence number."
+
+
+class InvalidProducerEpochError(KafkaError):
+    code, name = 47, "INVALID_PRODUCER_EPOCH"
+    description = "The producer epoch is stale."
+
+
+class KafkaStorageError(KafkaError):
+    code, name = 56, "KAFKA_STORAGE_ERROR"
+    description = "A disk error on the broker."
+    retriable = True
+    invalid_metadata = True
+
+
+class UnknownProducerIdError(KafkaError):
+    code, name = 59, "UNKNOWN_PRODUCER_ID"
+    description = "The broker has no state for this producer id."
+
+
+class ReassignmentInProgressError(KafkaError):
+    code, name = 60, "REASSIGNMENT_IN_PROGRESS"
+    description = "A reassignment is in progress."
+
+
+class GroupIdNotFoundError(KafkaError):
+    code, name = 69, "GROUP_ID_NOT_FOUND"
+    description = "The group does not exist."
+
+
+class TopicDeletionDisabledError(KafkaError):
+    code, name = 73, "TOPIC_DELETION_DISABLED"
+    description = "delete.topic.enable is false."
+
+
+class FencedLeaderEpochError(KafkaError):
+    code, name = 74, "FENCED_LEADER_EPOCH"
+    description = "The leader epoch in the request is older than the broker's."
+    retriable = True
+    invalid_metadata = True
+
+
+class UnknownLeaderEpochError(KafkaError):
+    code, name = 75, "UNKNOWN_LEADER_EPOCH"
+    description = "The leader epoch in the request is newer than the broker's."
+    retriable = True
+
+
+class UnsupportedCompressionTypeError(KafkaError):
+    code, name = 76, "UNSUPPORTED_COMPRESSION_TYPE"
+    description = "The compression codec is not supported."
+
+
+class StaleBrokerEpochError(KafkaError):
+    code, name = 77, "STALE_BROKER_EPOCH"
+    description = "The broker epoch is stale."
+
+
+class OffsetNotAvailableError(KafkaError):
+    code, name = 78, "OFFSET_NOT_AVAILABLE"
+    description = "The offset is not available yet."
+    retriable = True
+
+
+class PreferredLeaderNotAvailableError(KafkaError):
+    code, name = 80, "PREFERRED_LEADER_NOT_AVAILABLE"
+    description = "The preferred leader is not available."
+    retriable = True
+
+
+class EligibleLeadersNotAvailableError(KafkaError):
+    code, name = 83, "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+    description = "No eligible leader is available."
+    retriable = True
+
+
+class ElectionNotNeededError(KafkaError):
+    code, name = 84, "ELECTION_NOT_NEEDED"
+    description = "The preferred replica already leads."
+
+
+class NoReassignmentInProgressError(KafkaError):
+    code, name = 85, "NO_REASSIGNMENT_IN_PROGRESS"
+    description = "No reassignment is in progress."
+
+
+class InvalidRecordError(KafkaError):
+    code, name = 87, "INVALID_RECORD"
+    description = "A record failed broker-side validation."
+
+
+class ProducerFencedError(KafkaError):
+    code, name = 90, "PRODUCER_FENCED"
+    description = "A newer producer with this id exists."
+
+
+def for_code(code: int) -> type[KafkaError]:
+    """The error class of a wire error code (UNKNOWN_SERVER_ERROR for unknown codes)."""
+    if code == 0:
+        raise ValueError("error code 0 (NONE) is not an error")
+    return _BY_CODE.get(code, UnknownServerError)
+
+
+def all_error_classes() -> list[type[KafkaError]]:
+    return [_BY_CODE[c] for c in sorted(_BY_CODE)]

@@ -1,0 +1,459 @@
+"""Record batch codec: Kafka's v2 RecordBatch, byte for byte (docs/record-batch.md).
+
+Theory of operation
+-------------------
+A batch is a fixed 61-byte big-endian header followed by the records section::
+
+    0  base_offset            int64   stamped by the leader
+    8  batch_length           int32   bytes after this field
+    12 partition_leader_epoch int32   stamped by the leader
+    16 magic                  int8    = 2
+    17 crc                    uint32  CRC-32C of bytes 21..end
+    21 attributes             int16   bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control
+    23 last_offset_delta      int32
+    27 base_timestamp         int64   (Kafka's firstTimestamp)
+    35 max_timestamp          int64
+    43 producer_id            int64
+    51 producer_epoch         int16
+    53 base_sequence          int32
+    57 record_count           int32
+    61 records (compressed as a whole when the codec is not NONE)
+
+Because the CRC starts at ``attributes``, the broker can stamp ``base_offset``
+and ``partition_leader_epoch`` into a batch without re-checksumming it and
+without decoding a single record: that is the whole hot path of the broker
+(``validate_batches`` + ``stamp_prefix``). Records are only decoded by clients
+(``decode_batch``) and by the broker's cold paths (offset-by-timestamp, producer
+state rebuild).
+
+Each record is a zig-zag varint length followed by: attributes int8,
+timestamp_delta varlong, offset_delta varint, key length varint (-1 = null),
+key, value length varint (-1 = null), value, header count varint, then per
+header: key length varint, key (UTF-8), value length varint (-1 = null), value.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import crc32c as _crc32c_mod
+import zstandard
+
+from proto.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    UnsupportedCompressionTypeError,
+)
+
+HEADER_SIZE: Final = 61
+LOG_OVERHEAD: Final = 12  # base_offset + batch_length: the part not counted in batch_length
+MAGIC: Final = 2
+CRC_OFFSET: Final = 17
+ATTRIBUTES_OFFSET: Final = 21
+
+NO_PRODUCER_ID: Final = -1
+NO_PRODUCER_EPOCH: Final = -1
+NO_SEQUENCE: Final = -1
+NO_PARTITION_LEADER_EPOCH: Final = -1
+
+COMPRESSION_NONE: Final = 0
+COMPRESSION_GZIP: Final = 1
+COMPRESSION_SNAPPY: Final = 2
+COMPRESSION_LZ4: Final = 3
+COMPRESSION_ZSTD: Final = 4
+SUPPORTED_CODECS: Final = frozenset({COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_ZSTD})
+CODEC_BY_NAME: Final = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "zstd": COMPRESSION_ZSTD}
+
+TIMESTAMP_TYPE_MASK: Final = 0x08  # 0 = CreateTime, 1 = LogAppendTime
+TRANSACTIONAL_MASK: Final = 0x10
+CONTROL_MASK: Final = 0x20
+CODEC_MASK: Final = 0x07
+
+# The whole header; and the prefix the broker rewrites (base_offset, batch_length, epoch).
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_PREFIX = struct.Struct(">qii")
+_HEAD27 = struct.Struct(">qiibIhi")  # up to and including last_offset_delta
+
+crc32c = _crc32c_mod.crc32c
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the batch occupies, header included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & CODEC_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record as a client writes it (offset and timestamp are absolute when decoded)."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[Header, ...] = ()
+    timestamp: int = 0
+    offset: int = 0
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the 61-byte header at ``pos`` (no CRC check)."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptMessageError(f"batch header truncated: {len(buf) - pos} bytes at position {pos}")
+    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+# ----------------------------------------------------------------- validation (broker hot path)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchesInfo:
+    """What the broker learns from a buffer of batches without decoding records."""
+
+    batch_count: int
+    record_count: int
+    # Sum of (last_offset_delta + 1): how many offsets the buffer will occupy.
+    offset_count: int
+    max_timestamp: int
+    # Offset delta (within the buffer) of the record with max_timestamp's batch.
+    shallow_offset_of_max_timestamp: int
+    # (position, size, offset_span) of every batch, in order.
+    spans: tuple[tuple[int, int, int], ...]
+
+
+def validate_batches(buf: bytes | bytearray | memoryview, *, max_batch_bytes: int | None = None,
+                     require_records: bool = True) -> BatchesInfo:
+    """Check every batch in ``buf`` (framing, magic, CRC, counts, codec).
+
+    Raises CorruptMessageError for anything that is not a well-formed batch
+    sequence, InvalidRecordError for inconsistent counts, and
+    UnsupportedCompressionTypeError for a codec this build cannot serve.
+    A batch larger than ``max_batch_bytes`` (max.message.bytes) raises
+    MessageTooLargeError.
+    """
+    total = len(buf)
+    if total == 0:
+        raise CorruptMessageError("empty record set")
+    pos = 0
+    batch_count = record_count = offset_count = 0
+    max_ts = -1
+    max_ts_delta = 0
+    spans: list[tuple[int, int, int]] = []
+    unpack_head = _HEAD27.unpack_from
+    mv = memoryview(buf)
+    while pos < total:
+        if total - pos < HEADER_SIZE:
+            raise CorruptMessageError(f"truncated batch header at position {pos}")
+        _base, length, _epoch, magic, crc, attributes, last_delta = unpack_head(buf, pos)
+        size = length + LOG_OVERHEAD
+        if length < HEADER_SIZE - LOG_OVERHEAD or pos + size > total:
+            raise CorruptMessageError(f"batch at position {pos} has bad length {length}")
+        if magic != MAGIC:
+            raise CorruptMessageError(f"batch at position {pos} has magic {magic}, expected {MAGIC}")
+        if crc32c(mv[pos + ATTRIBUTES_OFFSET:pos + size]) != crc:
+            raise CorruptMessageError(f"batch at position {pos} failed its CRC-32C check")
+        if max_batch_bytes is not None and size > max_batch_bytes:
+            raise MessageTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_batch_bytes}")
+        codec = attributes & CODEC_MASK
+        if codec not in SUPPORTED_CODECS:
+            raise UnsupportedCompressionTypeError(f"compression codec {codec} is not supported")
+        (batch_max_ts,) = struct.unpack_from(">q", buf, pos + 35)
+        (count,) = struct.unpack_from(">i", buf, pos + 57)
+        if count < 0 or last_delta < 0 or (require_records and count == 0) or (count and last_delta + 1 < count):
+            raise InvalidRecordError(
+                f"batch at position {pos}: record_count {count} inconsistent with last_offset_delta {last_delta}")
+        if batch_max_ts > max_ts:
+            max_ts = batch_max_ts
+            max_ts_delta = offset_count + last_delta
+        spans.append((pos, size, last_delta + 1))
+        batch_count += 1
+        record_count += count
+        offset_count += last_delta + 1
+        pos += size
+    return BatchesInfo(batch_count, record_count, offset_count, max_ts, max_ts_delta, tuple(spans))
+
+
+def stamp_prefix(base_offset: int, batch_length: int, partition_leader_epoch: int) -> bytes:
+    """The 16 bytes the broker writes in place of a batch's first 16 bytes."""
+    return _PREFIX.pack(base_offset, batch_length, partition_leader_epoch)
+
+
+def stamp_in_place(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
+    (length,) = struct.unpack_from(">i", buf, pos + 8)
+    _PREFIX.pack_into(buf, pos, base_offset, length, partition_leader_epoch)
+
+
+def iter_headers(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of every whole batch in ``buf``; stops at a partial tail."""
+    pos = 0
+    total = len(buf)
+    while total - pos >= HEADER_SIZE:
+        header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > total:
+            return
+        yield pos, header
+        pos += header.size
+
+
+# ----------------------------------------------------------------- varints
+
+def _zigzag_table(limit: int) -> list[bytes]:
+    table = []
+    for n in range(limit):
+        out = bytearray()
+        v = n
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        out.append(v)
+        table.append(bytes(out))
+    return table
+
+
+_UVARINT = _zigzag_table(1 << 14)  # unsigned encodings of 0..16383 (zig-zag values)
+
+
+def encode_varint(value: int) -> bytes:
+    """Zig-zag varint (Kafka's ByteUtils.writeVarlong)."""
+    z = (value << 1) ^ (value >> 63)
+    if z < 16384:
+        return _UVARINT[z]
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def decode_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """(value, new position) of the zig-zag varint at ``pos``."""
+    shift = 0
+    z = 0
+    try:
+        while True:
+            b = buf[pos]
+            pos += 1
+            z |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise CorruptMessageError("varint too long")
+    except IndexError:
+        raise CorruptMessageError("truncated varint") from None
+    return (z >> 1) ^ -(z & 1), pos
+
+
+# ----------------------------------------------------------------- encoding (client side)
+
+_NULL = encode_varint(-1)
+
+
+def _compress(codec: int, data: bytes) -> bytes:
+    if codec == COMPRESSION_NONE:
+        return data
+    if codec == COMPRESSION_GZIP:
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    if codec == COMPRESSION_ZSTD:
+        return zstandard.ZstdCompressor(level=3).compress(data)
+    raise UnsupportedCompressionTypeError(f"compression codec {codec} is not supported")
+
+
+def _decompress(codec: int, data: bytes | memoryview) -> bytes:
+    if codec == COMPRESSION_NONE:
+        return bytes(data)
+    try:
+        if codec == COMPRESSION_GZIP:
+            return gzip.decompress(data)
+        if codec == COMPRESSION_ZSTD:
+            return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(data))
+    except (OSError, EOFError, zstandard.ZstdError) as e:
+        raise CorruptMessageError(f"cannot decompress batch: {e}") from None
+    raise UnsupportedCompressionTypeError(f"compression codec {codec} is not supported")
+
+
+def encode_record_body(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                       headers: Sequence[Header] = ()) -> bytes:
+    """One record, its length prefix included."""
+    parts = [b"\x00", encode_varint(timestamp_delta), encode_varint(offset_delta)]
+    if key is None:
+        parts.append(_NULL)
+    else:
+        parts.append(encode_varint(len(key)))
+        parts.append(key)
+    if value is None:
+        parts.append(_NULL)
+    else:
+        parts.append(encode_varint(len(value)))
+        parts.append(value)
+    parts.append(encode_varint(len(headers)))
+    for h in headers:
+        hk = h.key.encode()
+        parts.append(encode_varint(len(hk)))
+        parts.append(hk)
+        if h.value is None:
+            parts.append(_NULL)
+        else:
+            parts.append(encode_varint(len(h.value)))
+            parts.append(h.value)
+    body = b"".join(parts)
+    return encode_varint(len(body)) + body
+
+
+def build_batch(records_section: bytes, *, record_count: int, base_timestamp: int, max_timestamp: int,
+                compression: int = COMPRESSION_NONE, base_offset: int = 0,
+                partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                base_sequence: int = NO_SEQUENCE, is_transactional: bool = False,
+                log_append_time: bool = False) -> bytes:
+    """Frame an (uncompressed) records section as a batch; compress and checksum it."""
+    if record_count <= 0:
+        raise ValueError("a batch holds at least one record")
+    attributes = compression & CODEC_MASK
+    if log_append_time:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_MASK
+    payload = _compress(compression, records_section)
+    tail = struct.pack(">hiqqqhii", attributes, record_count - 1, base_timestamp, max_timestamp,
+                       producer_id, producer_epoch, base_sequence, record_count) + payload
+    crc = crc32c(tail)
+    length = len(tail) + 9  # partition_leader_epoch(4) + magic(1) + crc(4)
+    return struct.pack(">qiibI", base_offset, length, partition_leader_epoch, MAGIC, crc) + tail
+
+
+def encode_batch(records: Sequence[Record], *, compression: int = COMPRESSION_NONE, base_offset: int = 0,
+                 partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+                 producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                 base_sequence: int = NO_SEQUENCE, is_transactional: bool = False) -> bytes:
+    """Encode ``records`` as one batch; their ``offset`` fields are ignored (deltas 0..n-1)."""
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    base_ts = records[0].timestamp
+    max_ts = base_ts
+    parts = []
+    for i, r in enumerate(records):
+        ts = r.timestamp
+        if ts > max_ts:
+            max_ts = ts
+        parts.append(encode_record_body(i, ts - base_ts, r.key, r.value, r.headers))
+    return build_batch(b"".join(parts), record_count=len(records), base_timestamp=base_ts,
+                       max_timestamp=max_ts, compression=compression, base_offset=base_offset,
+                       partition_leader_epoch=partition_leader_epoch, producer_id=producer_id,
+                       producer_epoch=producer_epoch, base_sequence=base_sequence,
+                       is_transactional=is_transactional)
+
+
+# ----------------------------------------------------------------- decoding (client / cold paths)
+
+
+def _read_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
+    n, pos = decode_varint(data, pos)
+    if n < 0:
+        return None, pos
+    end = pos + n
+    if end > len(data):
+        raise CorruptMessageError("record field runs past the end of the batch")
+    return data[pos:end], end
+
+
+def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *,
+                 verify_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
+    """Decode the batch at ``pos`` into absolute-offset, absolute-timestamp records."""
+    header = read_header(buf, pos)
+    end = pos + header.size
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or end > len(buf):
+        raise CorruptMessageError(f"batch at position {pos} runs past the buffer")
+    if header.magic != MAGIC:
+        raise CorruptMessageError(f"batch at position {pos} has magic {header.magic}")
+    mv = memoryview(buf)
+    if verify_crc and crc32c(mv[pos + ATTRIBUTES_OFFSET:end]) != header.crc:
+        raise CorruptMessageError(f"batch at position {pos} failed its CRC-32C check")
+    data = _decompress(header.compression, mv[pos + HEADER_SIZE:end])
+    records: list[Record] = []
+    p = 0
+    base_offset = header.base_offset
+    base_ts = header.base_timestamp
+    log_append = bool(header.attributes & TIMESTAMP_TYPE_MASK)
+    for _ in range(header.record_count):
+        length, p = decode_varint(data, p)
+        rec_end = p + length
+        if length < 0 or rec_end > len(data):
+            raise CorruptMessageError("record length runs past the end of the batch")
+        p += 1  # record attributes (unused)
+        ts_delta, p = decode_varint(data, p)
+        off_delta, p = decode_varint(data, p)
+        key, p = _read_bytes(data, p)
+        value, p = _read_bytes(data, p)
+        n_headers, p = decode_varint(data, p)
+        headers: list[Header] = []
+        for _h in range(n_headers):
+            hk, p = _read_bytes(data, p)
+            hv, p = _read_bytes(data, p)
+            headers.append(Header((hk or b"").decode("utf-8", "replace"), hv))
+        if p != rec_end:
+            raise CorruptMessageError("record length does not match its fields")
+        ts = header.max_timestamp if log_append else base_ts + ts_delta
+        records.append(Record(value=value, key=key, headers=tuple(headers), timestamp=ts,
+                              offset=base_offset + off_delta))
+    return header, records
+
+
+def decode_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> list[Record]:
+    """All records of every whole batch in ``buf`` (a partial trailing batch is ignored)."""
+    out: list[Record] = []
+    for pos, _header in iter_headers(buf):
+        out.extend(decode_batch(buf, pos, verify_crc=verify_crc)[1])
+    return out

@@ -1,0 +1,343 @@
+"""The segmented log: SPEC S2 (appends, segments, retention, recovery) and its edges."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from broker.log.config import LogConfig
+from broker.log.log import Log, parse_topic_partition
+from broker.log.manager import CLEAN_SHUTDOWN_FILE, LogDirLockedError, LogManager
+from proto import errors
+from proto.record_batch import Record, decode_batches, encode_batch, iter_headers
+
+HOUR = 3600 * 1000
+
+
+def batch(values: list[str], ts: int = 1_000) -> bytes:
+    return encode_batch([Record(value=v.encode(), timestamp=ts + i) for i, v in enumerate(values)])
+
+
+def values(data: bytes, from_offset: int = 0) -> list[str]:
+    return [r.value.decode() for r in decode_batches(data) if r.offset >= from_offset and r.value is not None]
+
+
+def open_log(path: Path, cfg: LogConfig | None = None, **kw: object) -> Log:
+    return Log.open(path / "topic-0", "topic", 0, cfg or LogConfig(), now_ms=0, **kw)  # type: ignore[arg-type]
+
+
+def fill(log: Log, batches: int, per_batch: int = 3, epoch: int = 0, now_ms: int = 0) -> None:
+    for b in range(batches):
+        start = log.log_end_offset
+        log.append_as_leader(batch([f"m{start + i}" for i in range(per_batch)], ts=1_000 + start), epoch, now_ms)
+
+
+def test_s2_2_offsets_are_sequential_and_leo_is_next_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    info = log.append_as_leader(batch(["a", "b", "c"]), leader_epoch=0, now_ms=0)
+    assert (info.first_offset, info.last_offset, log.log_end_offset) == (0, 2, 3)
+    info = log.append_as_leader(batch(["d"]) + batch(["e", "f"]), leader_epoch=0, now_ms=0)
+    assert (info.first_offset, info.last_offset, info.batch_count) == (3, 5, 2)
+    assert log.log_end_offset == 6
+    data = log.read(0, 1 << 20)
+    assert values(data) == ["a", "b", "c", "d", "e", "f"]
+    assert [h.base_offset for _, h in iter_headers(data)] == [0, 3, 4]
+    assert {h.partition_leader_epoch for _, h in iter_headers(data)} == {0}
+
+
+def test_s2_1_segments_roll_by_size_and_are_named_by_base_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(segment_bytes=600))
+    fill(log, 20)
+    names = sorted(p.name for p in (tmp_path / "topic-0").glob("*.log"))
+    assert len(names) == len(log.segments) > 3
+    assert names == [f"{s.base_offset:020d}.log" for s in log.segments]
+    assert all((tmp_path / "topic-0" / n.replace(".log", ".index")).exists() for n in names[:-1])
+    assert all(s.size <= 600 for s in log.segments)
+    assert values(log.read(0, 1 << 20, min_one_batch=True))[:3] == ["m0", "m1", "m2"]
+    # Reading across all segments yields every record in order.
+    got: list[str] = []
+    offset = 0
+    while offset < log.log_end_offset:
+        recs = [r for r in decode_batches(log.read(offset, 200)) if r.offset >= offset]
+        got += [r.value.decode() for r in recs if r.value]
+        offset = recs[-1].offset + 1
+    assert got == [f"m{i}" for i in range(60)]
+
+
+def test_segment_ms_rolls_by_time(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(segment_ms=1000))
+    fill(log, 2, now_ms=0)
+    assert len(log.segments) == 1
+    fill(log, 1, now_ms=1001)
+    assert len(log.segments) == 2 and log.segments[-1].base_offset == 6
+
+
+def test_read_is_bounded_by_max_offset_and_max_bytes(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill(log, 10)  # batches of 3: 0-2, 3-5, ...
+    # S3.2: consumers read below the high watermark only.
+    assert values(log.read(0, 1 << 20, max_offset=6)) == [f"m{i}" for i in range(6)]
+    assert log.read(6, 1 << 20, max_offset=6) == b""
+    # Mid-batch start: the whole batch holding the offset comes back.
+    assert values(log.read(4, 1 << 20, max_offset=9))[:1] == ["m3"]
+    one = log.read(0, 10)  # smaller than one batch: still one batch (progress)
+    assert values(one) == ["m0", "m1", "m2"]
+    assert log.read(0, 10, min_one_batch=False) == b""
+    two = log.read(0, len(one) * 2 + 5)
+    assert len(values(two)) == 6
+    assert log.read(30, 100) == b""  # at the LEO: nothing yet
+
+
+def test_s6_2_out_of_range_and_bad_arguments(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill(log, 2)
+    with pytest.raises(errors.OffsetOutOfRangeError):
+        log.read(7, 100)
+    with pytest.raises(errors.OffsetOutOfRangeError):
+        log.read(-1, 100)
+    with pytest.raises(errors.InvalidRequestError):
+        log.read(0, -5)
+    with pytest.raises(errors.InvalidRequestError):
+        log.truncate_to(-1)
+
+
+def test_bad_batches_are_rejected_and_nothing_is_written(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(max_message_bytes=500, segment_bytes=2000))
+    fill(log, 1)
+    good = batch(["ok"])
+    corrupt = bytearray(good)
+    corrupt[-2] ^= 1
+    with pytest.raises(errors.CorruptMessageError):
+        log.append_as_leader(good + bytes(corrupt), 0, 0)  # second batch bad: neither is written
+    with pytest.raises(errors.MessageTooLargeError):
+        log.append_as_leader(batch(["x" * 600]), 0, 0)
+    with pytest.raises(errors.RecordListTooLargeError):
+        log.append_as_leader(b"".join(batch([f"{i}" * 50]) for i in range(30)), 0, 0)
+    assert log.log_end_offset == 3
+    assert values(log.read(0, 1 << 20)) == ["m0", "m1", "m2"]
+
+
+def test_follower_append_keeps_leader_offsets_and_epochs(tmp_path: Path) -> None:
+    leader = Log.open(tmp_path / "l" / "t-0", "t", 0, LogConfig(), now_ms=0)
+    follower = Log.open(tmp_path / "f" / "t-0", "t", 0, LogConfig(), now_ms=0)
+    fill(leader, 2, epoch=0)
+    leader.assign_epoch_start_offset(3, leader.log_end_offset)
+    fill(leader, 2, epoch=3)
+    follower.append_as_follower(leader.read(0, 1 << 20), now_ms=0)
+    assert follower.log_end_offset == leader.log_end_offset == 12
+    assert follower.epoch_cache.pairs() == leader.epoch_cache.pairs() == [(0, 0), (3, 6)]
+    assert follower.read(0, 1 << 20) == leader.read(0, 1 << 20)
+    with pytest.raises(errors.InvalidRequestError):
+        follower.append_as_follower(leader.read(3, 1 << 20), now_ms=0)  # does not continue the log
+
+
+def test_truncate_to_removes_whole_batches_and_epochs(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(segment_bytes=400))
+    fill(log, 4, epoch=1)
+    log.assign_epoch_start_offset(2, log.log_end_offset)
+    fill(log, 4, epoch=2)
+    log.update_high_watermark(20)
+    assert log.truncate_to(12)
+    assert log.log_end_offset == 12 and log.high_watermark == 12
+    assert log.epoch_cache.pairs() == [(1, 0)]
+    assert values(log.read(0, 1 << 20, max_offset=12))[-1] == "m11"
+    # Truncating into the middle of a batch drops that whole batch.
+    assert log.truncate_to(7) and log.log_end_offset == 6
+    assert not log.truncate_to(100)
+    fill(log, 1, epoch=5)
+    assert log.log_end_offset == 9 and values(log.read(6, 1 << 20)) == ["m6", "m7", "m8"]
+
+
+def test_truncate_fully_and_start_at(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(segment_bytes=300))
+    fill(log, 6)
+    log.truncate_fully_and_start_at(1000)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (1000, 1000, 1000)
+    assert [s.base_offset for s in log.segments] == [1000]
+    assert log.epoch_cache.pairs() == []
+    fill(log, 1)
+    assert values(log.read(1000, 1 << 20)) == ["m1000", "m1001", "m1002"]
+
+
+def test_offset_for_timestamp(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(segment_bytes=400, index_interval_bytes=1))
+    for i in range(10):
+        log.append_as_leader(batch([f"m{3 * i}", f"m{3 * i + 1}", f"m{3 * i + 2}"], ts=10_000 + 100 * i), 0, 0)
+    rec = log.offset_for_timestamp(10_301)  # batch 3 holds 10300, 10301, 10302
+    assert rec is not None and (rec.offset, rec.timestamp) == (10, 10_301)
+    first = log.offset_for_timestamp(0)
+    assert first is not None and first.offset == 0
+    assert log.offset_for_timestamp(99_999) is None
+
+
+def test_s2_3_retention_by_time_never_touches_active_or_above_hw(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(segment_bytes=300, retention_ms=HOUR))
+    fill(log, 10)
+    n = len(log.segments)
+    now = 1_000 + 2 * HOUR
+    assert log.delete_old_segments(now) == 0  # HW = 0: nothing is committed yet
+    log.update_high_watermark(log.log_end_offset)
+    deleted = log.delete_old_segments(now)
+    assert deleted == n - 1 and len(log.segments) == 1  # the active segment stays
+    assert log.log_start_offset == log.segments[0].base_offset
+    with pytest.raises(errors.OffsetOutOfRangeError):
+        log.read(0, 100)
+
+
+def test_s2_3_retention_by_size(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(segment_bytes=300, retention_bytes=700))
+    fill(log, 12)
+    log.update_high_watermark(log.log_end_offset)
+    log.assign_epoch_start_offset(0, 0)
+    log.delete_old_segments(now_ms=0)
+    assert log.size - log.segments[0].size < 700 <= log.size or len(log.segments) == 1
+    assert log.epoch_cache.pairs()[0] == (0, log.log_start_offset)
+    # By time -1 (infinite) and bytes -1: nothing goes.
+    keep = open_log(tmp_path / "k", LogConfig(segment_bytes=300, retention_ms=-1))
+    fill(keep, 12)
+    keep.update_high_watermark(keep.log_end_offset)
+    assert keep.delete_old_segments(now_ms=10**15) == 0
+
+
+def test_s2_4_torn_tail_is_truncated_and_nothing_before_it_lost(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(segment_bytes=500))
+    fill(log, 12)
+    last = log.segments[-1]
+    path, size, leo = last.log_path, last.size, log.log_end_offset
+    del log  # kill -9: no close, no index flush
+    os.truncate(path, size - 7)
+    log = open_log(tmp_path, LogConfig(segment_bytes=500), clean_shutdown=False)
+    assert log.log_end_offset == leo - 3
+    assert log.recovered_bytes_truncated > 0
+    assert values(log.read(0, 1 << 20))[0] == "m0"
+    # Every surviving record is readable, in order.
+    assert [r.offset for r in _read_all(log)] == list(range(leo - 3))
+
+
+def test_s2_4_corrupt_byte_mid_segment_cuts_from_that_batch(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill(log, 6)
+    seg = log.segments[0]
+    pos_of_batch_2 = seg.translate_offset(6)
+    assert pos_of_batch_2 is not None
+    del log
+    with open(seg.log_path, "r+b") as f:
+        f.seek(pos_of_batch_2[0] + 70)
+        b = f.read(1)
+        f.seek(pos_of_batch_2[0] + 70)
+        f.write(bytes([b[0] ^ 0xFF]))
+    log = open_log(tmp_path, clean_shutdown=False)
+    assert log.log_end_offset == 6
+
+
+def test_clean_reopen_trusts_files_and_rebuilds_a_missing_index(tmp_path: Path) -> None:
+    cfg = LogConfig(segment_bytes=400, index_interval_bytes=50)
+    log = open_log(tmp_path, cfg)
+    fill(log, 15)
+    leo = log.log_end_offset
+    first_index = log.segments[0].index.path
+    log.close()
+    first_index.unlink()
+    log = open_log(tmp_path, cfg, clean_shutdown=True, recovery_point=leo)
+    assert log.log_end_offset == leo
+    assert len(log.segments[0].index) > 0
+    assert [r.offset for r in _read_all(log)] == list(range(leo))
+
+
+def _read_all(log: Log) -> list[Record]:
+    out: list[Record] = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        recs = [r for r in decode_batches(log.read(offset, 256)) if r.offset >= offset]
+        out += recs
+        offset = recs[-1].offset + 1
+    return out
+
+
+def test_flush_messages_policy_advances_recovery_point(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(flush_messages=6))
+    fill(log, 1)
+    assert log.recovery_point == 0
+    fill(log, 1)
+    assert log.recovery_point == 6
+    log2 = open_log(tmp_path / "ms", LogConfig(flush_ms=100))
+    fill(log2, 1)
+    assert not log2.maybe_flush(now_ms=50)
+    assert log2.maybe_flush(now_ms=150) and log2.recovery_point == 3
+
+
+def test_log_append_time(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(message_timestamp_type="LogAppendTime"))
+    info = log.append_as_leader(batch(["a", "b"], ts=5), 0, now_ms=777)
+    assert info.log_append_time_ms == 777
+    assert [r.timestamp for r in decode_batches(log.read(0, 1000))] == [777, 777]
+
+
+def test_topic_config_overrides() -> None:
+    cfg = LogConfig().with_overrides({"segment.bytes": "1024", "unclean.leader.election.enable": "true"})
+    assert cfg.segment_bytes == 1024 and cfg.unclean_leader_election_enable
+    assert cfg.to_topic_configs()["segment.bytes"] == "1024"
+    with pytest.raises(errors.InvalidConfigError):
+        LogConfig().with_overrides({"no.such.config": "1"})
+    with pytest.raises(errors.InvalidConfigError):
+        LogConfig().with_overrides({"segment.bytes": "lots"})
+    with pytest.raises(errors.InvalidConfigError):
+        LogConfig().with_overrides({"min.insync.replicas": "0"})
+
+
+def test_topic_partition_dir_names() -> None:
+    assert parse_topic_partition("my-topic-12") == ("my-topic", 12)
+    with pytest.raises(errors.KafkaStorageError):
+        parse_topic_partition("nodash")
+
+
+# ---------------------------------------------------------------- LogManager
+
+
+def test_manager_clean_shutdown_marker_and_checkpoints(tmp_path: Path) -> None:
+    dirs = [tmp_path / "d1", tmp_path / "d2"]
+    m = LogManager(dirs, LogConfig())
+    m.startup(now_ms=0)
+    a = m.get_or_create_log("a", 0, 0)
+    b = m.get_or_create_log("b", 1, 0)
+    assert a.dir.parent != b.dir.parent  # spread over the directories
+    fill(a, 3)
+    a.update_high_watermark(6)
+    m.shutdown()
+    assert all((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
+    assert "a 0 6" in (a.dir.parent / "replication-offset-checkpoint").read_text()
+
+    m2 = LogManager(dirs, LogConfig())
+    m2.startup(now_ms=0)
+    assert all(m2.had_clean_shutdown.values())
+    assert not any((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)  # a crash from now on is detected
+    a2 = m2.get_log("a", 0)
+    assert a2 is not None and a2.log_end_offset == 9 and a2.high_watermark == 6
+    assert m2.delete_log("b", 1) and m2.get_log("b", 1) is None
+    assert not any(p.name.startswith("b-1") for d in dirs for p in d.iterdir())
+    m2.abandon()  # kill -9
+    m3 = LogManager(dirs, LogConfig())
+    m3.startup(now_ms=0)
+    assert not any(m3.had_clean_shutdown.values())
+    a3 = m3.get_log("a", 0)
+    assert a3 is not None and a3.log_end_offset == 9
+    m3.shutdown()
+
+
+def test_manager_refuses_a_directory_in_use(tmp_path: Path) -> None:
+    m = LogManager([tmp_path], LogConfig())
+    m.startup(0)
+    with pytest.raises(LogDirLockedError):
+        LogManager([tmp_path], LogConfig()).startup(0)
+    m.shutdown()
+    LogManager([tmp_path], LogConfig()).startup(0)
+
+
+def test_manager_finishes_an_interrupted_delete(tmp_path: Path) -> None:
+    (tmp_path / "gone-0.abc-delete").mkdir()
+    (tmp_path / "gone-0.abc-delete" / "00000000000000000000.log").write_bytes(b"x")
+    m = LogManager([tmp_path], LogConfig())
+    m.startup(0)
+    assert not (tmp_path / "gone-0.abc-delete").exists() and len(m) == 0
