@@ -29,7 +29,7 @@ def open_log(path: Path, cfg: LogConfig | None = None, **kw: object) -> Log:
 
 
 def fill(log: Log, batches: int, per_batch: int = 3, epoch: int = 0, now_ms: int = 0) -> None:
-    for b in range(batches):
+    for _b in range(batches):
         start = log.log_end_offset
         log.append_as_leader(batch([f"m{start + i}" for i in range(per_batch)], ts=1_000 + start), epoch, now_ms)
 

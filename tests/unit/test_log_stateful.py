@@ -60,7 +60,7 @@ class LogMachine(RuleBasedStateMachine):
         vals = []
         for s in sizes:
             self.counter += 1
-            vals.append((f"{self.counter}:".encode() + b"x" * s))
+            vals.append(f"{self.counter}:".encode() + b"x" * s)
         data = encode_batch([Record(value=v, timestamp=self.now) for v in vals])
         info = self.log.append_as_leader(data, leader_epoch=0, now_ms=self.now)
         assert info.first_offset == self.leo
