@@ -19,8 +19,11 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    from client import storage_demo
+    from broker import main as broker_main
+    from client import local_cluster, storage_demo
 
+    broker_main.add_parser(sub)
+    local_cluster.add_parser(sub)
     storage_demo.add_parser(sub)
     return parser
 

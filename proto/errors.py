@@ -15,7 +15,9 @@ becomes a typed exception with ``raise for_code(code)(message)``.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, cast
+
+from proto import minikafka_pb2 as pb
 
 _BY_CODE: dict[int, type[KafkaError]] = {}
 
@@ -39,6 +41,10 @@ class KafkaError(Exception):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.message}"
+
+    @property
+    def wire_code(self) -> pb.ErrorCode:
+        return wire_code(self.code)
 
 
 class UnknownServerError(KafkaError):
@@ -315,6 +321,11 @@ def for_code(code: int) -> type[KafkaError]:
     if code == 0:
         raise ValueError("error code 0 (NONE) is not an error")
     return _BY_CODE.get(code, UnknownServerError)
+
+
+def wire_code(code: int) -> pb.ErrorCode:
+    """A code as the generated ``ErrorCode`` type (a plain int at run time)."""
+    return cast(pb.ErrorCode, code)
 
 
 def all_error_classes() -> list[type[KafkaError]]:

@@ -1,0 +1,269 @@
+"""Broker configuration with Kafka's names, defaults and start-up validation.
+
+``minikafka broker --config FILE [--set key=value ...]`` reads a Java-style
+properties file; every key is a Kafka broker config name. Unknown keys and bad
+values are refused at start with a message naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from broker.log.config import LogConfig
+
+
+class ConfigError(ValueError):
+    """A broker config is missing, unknown or invalid."""
+
+
+def _bool(v: str) -> bool:
+    low = v.strip().lower()
+    if low not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return low == "true"
+
+
+@dataclass(frozen=True)
+class _Def:
+    attr: str
+    parse: Callable[[str], Any]
+    check: Callable[[Any], bool] = lambda _v: True
+    rule: str = ""
+
+
+def _nonneg(v: int) -> bool:
+    return v >= 0
+
+
+def _pos(v: int) -> bool:
+    return v > 0
+
+
+CONFIG_DEFS: dict[str, _Def] = {
+    "broker.id": _Def("broker_id", int, _nonneg, ">= 0"),
+    "listeners": _Def("listeners", str),
+    "advertised.listeners": _Def("advertised_listeners", str),
+    "zookeeper.connect": _Def("zookeeper_connect", str),
+    "zookeeper.session.timeout.ms": _Def("zookeeper_session_timeout_ms", int, _pos, "> 0"),
+    "zookeeper.connection.timeout.ms": _Def("zookeeper_connection_timeout_ms", int, _pos, "> 0"),
+    "log.dirs": _Def("log_dirs", str),
+    "log.dir": _Def("log_dir", str),
+    "num.partitions": _Def("num_partitions", int, _pos, ">= 1"),
+    "default.replication.factor": _Def("default_replication_factor", int, _pos, ">= 1"),
+    "min.insync.replicas": _Def("min_insync_replicas", int, _pos, ">= 1"),
+    "unclean.leader.election.enable": _Def("unclean_leader_election_enable", _bool),
+    "auto.create.topics.enable": _Def("auto_create_topics_enable", _bool),
+    "delete.topic.enable": _Def("delete_topic_enable", _bool),
+    "auto.leader.rebalance.enable": _Def("auto_leader_rebalance_enable", _bool),
+    "leader.imbalance.per.broker.percentage": _Def("leader_imbalance_per_broker_percentage", int, _nonneg),
+    "leader.imbalance.check.interval.seconds": _Def("leader_imbalance_check_interval_seconds", int, _pos),
+    "controlled.shutdown.enable": _Def("controlled_shutdown_enable", _bool),
+    "controlled.shutdown.max.retries": _Def("controlled_shutdown_max_retries", int, _nonneg),
+    "controlled.shutdown.retry.backoff.ms": _Def("controlled_shutdown_retry_backoff_ms", int, _nonneg),
+    "controller.socket.timeout.ms": _Def("controller_socket_timeout_ms", int, _pos),
+    "replica.lag.time.max.ms": _Def("replica_lag_time_max_ms", int, _pos, "> 0"),
+    "replica.fetch.wait.max.ms": _Def("replica_fetch_wait_max_ms", int, _nonneg),
+    "replica.fetch.min.bytes": _Def("replica_fetch_min_bytes", int, _pos),
+    "replica.fetch.max.bytes": _Def("replica_fetch_max_bytes", int, _pos),
+    "replica.fetch.backoff.ms": _Def("replica_fetch_backoff_ms", int, _nonneg),
+    "replica.high.watermark.checkpoint.interval.ms": _Def("replica_high_watermark_checkpoint_interval_ms",
+                                                          int, _pos),
+    "request.timeout.ms": _Def("request_timeout_ms", int, _pos),
+    "log.segment.bytes": _Def("log_segment_bytes", int, lambda v: v >= 14, ">= 14"),
+    "log.roll.ms": _Def("log_roll_ms", int, _pos),
+    "log.roll.hours": _Def("log_roll_hours", int, _pos),
+    "log.retention.ms": _Def("log_retention_ms", int, lambda v: v >= -1, ">= -1"),
+    "log.retention.minutes": _Def("log_retention_minutes", int, lambda v: v >= -1),
+    "log.retention.hours": _Def("log_retention_hours", int, lambda v: v >= -1),
+    "log.retention.bytes": _Def("log_retention_bytes", int, lambda v: v >= -1, ">= -1"),
+    "log.retention.check.interval.ms": _Def("log_retention_check_interval_ms", int, _pos),
+    "log.index.interval.bytes": _Def("log_index_interval_bytes", int, _nonneg),
+    "log.index.size.max.bytes": _Def("log_index_size_max_bytes", int, lambda v: v >= 8),
+    "log.flush.interval.messages": _Def("log_flush_interval_messages", int, _pos),
+    "log.flush.interval.ms": _Def("log_flush_interval_ms", int, _nonneg),
+    "log.flush.scheduler.interval.ms": _Def("log_flush_scheduler_interval_ms", int, _pos),
+    "log.flush.offset.checkpoint.interval.ms": _Def("log_flush_offset_checkpoint_interval_ms", int, _pos),
+    "message.max.bytes": _Def("message_max_bytes", int, _nonneg),
+    "log.message.timestamp.type": _Def("log_message_timestamp_type", str,
+                                       lambda v: v in ("CreateTime", "LogAppendTime"),
+                                       "CreateTime or LogAppendTime"),
+    "broker.rack": _Def("broker_rack", str),
+}
+
+LONG_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    broker_id: int = -1
+    listeners: str = "PLAINTEXT://127.0.0.1:9092"
+    advertised_listeners: str = ""
+    zookeeper_connect: str = ""
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int = 0
+    log_dirs: str = ""
+    log_dir: str = "/tmp/minikafka-logs"
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    auto_create_topics_enable: bool = True
+    delete_topic_enable: bool = True
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_seconds: int = 300
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
+    controller_socket_timeout_ms: int = 30000
+    replica_lag_time_max_ms: int = 10000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_max_bytes: int = 1048576
+    replica_fetch_backoff_ms: int = 1000
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    request_timeout_ms: int = 30000
+    log_segment_bytes: int = 1 << 30
+    log_roll_ms: int = 0
+    log_roll_hours: int = 168
+    log_retention_ms: int = 0
+    log_retention_minutes: int = 0
+    log_retention_hours: int = 168
+    log_retention_bytes: int = -1
+    log_retention_check_interval_ms: int = 300000
+    log_index_interval_bytes: int = 4096
+    log_index_size_max_bytes: int = 10 * 1024 * 1024
+    log_flush_interval_messages: int = LONG_MAX
+    log_flush_interval_ms: int = 0
+    log_flush_scheduler_interval_ms: int = 3000
+    log_flush_offset_checkpoint_interval_ms: int = 60000
+    message_max_bytes: int = 1048588
+    log_message_timestamp_type: str = "CreateTime"
+    broker_rack: str = ""
+
+    # ------------------------------------------------------------ derived values
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        return parse_listener(self.listeners)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return parse_listener(self.advertised_listeners) if self.advertised_listeners else self.listener
+
+    @property
+    def log_dir_paths(self) -> list[Path]:
+        raw = self.log_dirs or self.log_dir
+        return [Path(p.strip()) for p in raw.split(",") if p.strip()]
+
+    @property
+    def session_timeout_ms(self) -> int:
+        return self.zookeeper_session_timeout_ms
+
+    @property
+    def connection_timeout_ms(self) -> int:
+        return self.zookeeper_connection_timeout_ms or self.zookeeper_session_timeout_ms
+
+    def default_log_config(self) -> LogConfig:
+        """Topic-level defaults from the broker's log.* settings (Kafka's LogConfig defaults)."""
+        roll_ms = self.log_roll_ms or self.log_roll_hours * 3600 * 1000
+        if self.log_retention_ms:
+            retention_ms = self.log_retention_ms
+        elif self.log_retention_minutes:
+            retention_ms = self.log_retention_minutes * 60 * 1000
+        else:
+            retention_ms = self.log_retention_hours * 3600 * 1000
+        if retention_ms < 0:
+            retention_ms = -1
+        return LogConfig(
+            segment_bytes=self.log_segment_bytes,
+            segment_ms=roll_ms,
+            segment_index_bytes=self.log_index_size_max_bytes,
+            index_interval_bytes=self.log_index_interval_bytes,
+            retention_ms=retention_ms,
+            retention_bytes=self.log_retention_bytes,
+            flush_messages=self.log_flush_interval_messages,
+            flush_ms=self.log_flush_interval_ms or LONG_MAX,
+            max_message_bytes=self.message_max_bytes,
+            min_insync_replicas=self.min_insync_replicas,
+            unclean_leader_election_enable=self.unclean_leader_election_enable,
+            message_timestamp_type=self.log_message_timestamp_type,
+        )
+
+
+def parse_listener(value: str) -> tuple[str, int]:
+    """``PLAINTEXT://host:port`` (or ``host:port``) -> (host, port)."""
+    first = value.split(",")[0].strip()
+    if "://" in first:
+        proto, first = first.split("://", 1)
+        if proto.upper() != "PLAINTEXT":
+            raise ConfigError(f"listeners: only PLAINTEXT is supported, got {proto!r}")
+    host, sep, port = first.rpartition(":")
+    if not sep or not port.isdigit() or not (0 <= int(port) <= 65535):
+        raise ConfigError(f"listeners: expected PLAINTEXT://host:port, got {value!r}")
+    return host or "0.0.0.0", int(port)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java properties, the subset config files use: key=value or key: value, # and ! comments."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, value = line.split(sep, 1)
+                out[key.strip()] = value.strip()
+                break
+        else:
+            raise ConfigError(f"cannot parse config line {raw!r}")
+    return out
+
+
+def build_config(props: Mapping[str, str]) -> BrokerConfig:
+    values: dict[str, Any] = {}
+    for key, raw in props.items():
+        d = CONFIG_DEFS.get(key)
+        if d is None:
+            raise ConfigError(f"unknown broker config {key!r}")
+        try:
+            v = d.parse(raw)
+        except ValueError:
+            raise ConfigError(f"invalid value {raw!r} for {key}") from None
+        if not d.check(v):
+            raise ConfigError(f"invalid value {raw!r} for {key}: must be {d.rule or 'valid'}")
+        values[d.attr] = v
+    cfg = BrokerConfig(**values)
+    if "broker.id" not in props:
+        raise ConfigError("broker.id is required")
+    if not cfg.zookeeper_connect:
+        raise ConfigError("zookeeper.connect is required")
+    if not cfg.log_dir_paths:
+        raise ConfigError("log.dirs is empty")
+    cfg.listener  # noqa: B018 - validates the listener
+    if cfg.advertised_listeners:
+        cfg.advertised  # noqa: B018
+    try:
+        cfg.default_log_config().validate()
+    except Exception as e:
+        raise ConfigError(str(e)) from None
+    return cfg
+
+
+def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:
+    props: dict[str, str] = {}
+    if path is not None:
+        try:
+            props.update(parse_properties(path.read_text()))
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        props[key.strip()] = value.strip()
+    return build_config(props)

@@ -1,0 +1,229 @@
+"""Follower fetchers (Kafka's ReplicaFetcherManager / AbstractFetcherThread).
+
+One fetcher task per source (leader) broker fetches every partition this
+broker follows from that leader in one Fetch request. Its loop is Kafka's
+``doWork = maybeTruncate(); maybeFetch()``: partitions that just became
+followers first ask the leader OffsetsForLeaderEpoch and truncate where the
+pure core says (SPEC S8.3 - never to the high watermark), then join the
+fetch. Partitions are added and removed as LeaderAndIsr requests arrive,
+without restarting the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import grpc
+
+from broker.replica_manager import FetcherManagerProtocol, Partition, ReplicaManager, TopicPartition, now_ms
+from broker.replication.state import truncation_offset
+from proto import minikafka_pb2 as pb
+from proto import minikafka_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+E = pb.ErrorCode
+MAX_TRUNCATION_ROUNDS = 16
+
+
+@dataclass
+class FetchState:
+    partition: Partition
+    leader_epoch: int
+    truncating: bool = True
+    rounds: int = 0
+    delayed_until_ms: int = 0
+
+
+@dataclass(frozen=True)
+class FetcherSettings:
+    broker_id: int
+    fetch_max_wait_ms: int
+    fetch_min_bytes: int
+    fetch_max_bytes: int
+    backoff_ms: int
+    request_timeout_ms: int
+
+
+class ReplicaFetcher:
+    def __init__(self, settings: FetcherSettings, replica_manager: ReplicaManager, leader: pb.BrokerEndpoint,
+                 broker_epoch: int) -> None:
+        self.settings = settings
+        self.rm = replica_manager
+        self.leader = leader
+        self.broker_epoch = broker_epoch
+        self.states: dict[TopicPartition, FetchState] = {}
+        self._wake = asyncio.Event()
+        self._channel = grpc.aio.insecure_channel(f"{leader.host}:{leader.port}", options=[
+            ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+            ("grpc.max_send_message_length", 256 * 1024 * 1024),
+        ])
+        self._stub = pb_grpc.KafkaApiStub(self._channel)  # type: ignore[no-untyped-call]
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{self.leader.broker_id}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self._channel.close()
+
+    def add(self, p: Partition) -> None:
+        self.states[p.tp] = FetchState(p, p.leader_epoch)
+        self._wake.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.states.pop(tp, None)
+
+    def _valid(self, tp: TopicPartition, st: FetchState) -> bool:
+        """The partition is still ours to fetch: same leader epoch, still a follower."""
+        return self.states.get(tp) is st and st.partition.leader_epoch == st.leader_epoch \
+            and not st.partition.is_leader
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if not self.states:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                await self._maybe_truncate()
+                await self._maybe_fetch()
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as e:
+                log.debug("fetcher for leader %d: %s", self.leader.broker_id, e.code())
+                await asyncio.sleep(self.settings.backoff_ms / 1000.0)
+            except Exception:
+                log.exception("fetcher for leader %d failed; backing off", self.leader.broker_id)
+                await asyncio.sleep(self.settings.backoff_ms / 1000.0)
+
+    async def _maybe_truncate(self) -> None:
+        pending = {tp: s for tp, s in self.states.items() if s.truncating}
+        if not pending:
+            return
+        req = pb.OffsetsForLeaderEpochRequest(replica_id=self.settings.broker_id)
+        for topic, parts in _by_topic(pending).items():
+            t = req.topics.add(topic=topic)
+            for part, s in parts:
+                t.partitions.add(partition=part, current_leader_epoch=s.leader_epoch,
+                                 leader_epoch=s.partition.log.latest_epoch)
+        resp = await self._stub.OffsetsForLeaderEpoch(req, timeout=self.settings.request_timeout_ms / 1000.0)
+        for tr in resp.topics:
+            for r in tr.partitions:
+                tp = (tr.topic, r.partition)
+                st = pending.get(tp)
+                if st is None or not self._valid(tp, st):
+                    continue
+                if r.error_code != E.NONE:
+                    # The leader does not know it leads yet (or has moved on): try again shortly.
+                    st.delayed_until_ms = now_ms() + self.settings.backoff_ms
+                    continue
+                lg = st.partition.log
+                decision = truncation_offset(lg.epoch_cache, lg.log_end_offset, r.leader_epoch, r.end_offset)
+                st.rounds += 1
+                if decision.offset < lg.log_end_offset:
+                    log.info("%s-%d: truncating from %d to %d (leader %d says epoch %d ends at %d; "
+                             "local high watermark %d is not used)", tp[0], tp[1], lg.log_end_offset,
+                             decision.offset, self.leader.broker_id, r.leader_epoch, r.end_offset,
+                             lg.high_watermark)
+                    lg.truncate_to(decision.offset)
+                if not decision.completed:
+                    lg.epoch_cache.truncate_from_end(decision.offset)
+                if decision.completed or st.rounds >= MAX_TRUNCATION_ROUNDS:
+                    st.truncating = False
+
+    async def _maybe_fetch(self) -> None:
+        t = now_ms()
+        ready = {tp: s for tp, s in self.states.items() if not s.truncating and s.delayed_until_ms <= t}
+        if not ready:
+            await asyncio.sleep(self.settings.backoff_ms / 1000.0 / 10)
+            return
+        req = pb.FetchRequest(replica_id=self.settings.broker_id, max_wait_ms=self.settings.fetch_max_wait_ms,
+                              min_bytes=self.settings.fetch_min_bytes, max_bytes=self.settings.fetch_max_bytes,
+                              replica_epoch=self.broker_epoch)
+        for topic, parts in _by_topic(ready).items():
+            ft = req.topics.add(name=topic)
+            for part, s in parts:
+                ft.partitions.add(partition=part, current_leader_epoch=s.leader_epoch,
+                                  fetch_offset=s.partition.log.log_end_offset,
+                                  log_start_offset=s.partition.log.log_start_offset,
+                                  partition_max_bytes=self.settings.fetch_max_bytes)
+        timeout = (self.settings.fetch_max_wait_ms + self.settings.request_timeout_ms) / 1000.0
+        resp = await self._stub.Fetch(req, timeout=timeout)
+        for tr in resp.topics:
+            for r in tr.partitions:
+                tp = (tr.name, r.partition)
+                st = ready.get(tp)
+                if st is None or not self._valid(tp, st):
+                    continue
+                self._process(tp, st, r)
+
+    def _process(self, tp: TopicPartition, st: FetchState, r: pb.FetchPartitionResponse) -> None:
+        lg = st.partition.log
+        if r.error_code == E.NONE:
+            try:
+                self.rm.on_follower_data(st.partition, r.records, r.high_watermark)
+            except Exception as e:
+                log.warning("%s-%d: cannot append fetched data: %s; truncating again", tp[0], tp[1], e)
+                st.truncating = True
+                st.rounds = 0
+            return
+        if r.error_code == E.OFFSET_OUT_OF_RANGE:
+            if r.log_end_offset >= 0 and lg.log_end_offset > r.log_end_offset:
+                # Only after an unclean election can the leader be behind us.
+                log.warning("%s-%d: leader %d ends at %d below our %d; truncating", tp[0], tp[1],
+                            self.leader.broker_id, r.log_end_offset, lg.log_end_offset)
+                lg.truncate_to(r.log_end_offset)
+            elif r.log_start_offset > lg.log_end_offset:
+                log.info("%s-%d: leader starts at %d beyond our end %d; restarting the log there", tp[0], tp[1],
+                         r.log_start_offset, lg.log_end_offset)
+                lg.truncate_fully_and_start_at(r.log_start_offset)
+            return
+        st.delayed_until_ms = now_ms() + self.settings.backoff_ms
+
+
+def _by_topic(states: dict[TopicPartition, FetchState]) -> dict[str, list[tuple[int, FetchState]]]:
+    out: dict[str, list[tuple[int, FetchState]]] = {}
+    for (topic, part), s in states.items():
+        out.setdefault(topic, []).append((part, s))
+    return out
+
+
+class ReplicaFetcherManager(FetcherManagerProtocol):
+    def __init__(self, settings: FetcherSettings, replica_manager: ReplicaManager) -> None:
+        self.settings = settings
+        self.rm = replica_manager
+        self.broker_epoch = -1
+        self.fetchers: dict[tuple[int, str, int], ReplicaFetcher] = {}
+
+    def add_partition(self, p: Partition, leader: pb.BrokerEndpoint) -> None:
+        key = (leader.broker_id, leader.host, leader.port)
+        f = self.fetchers.get(key)
+        if f is None:
+            f = ReplicaFetcher(self.settings, self.rm, leader, self.broker_epoch)
+            self.fetchers[key] = f
+            f.start()
+        f.add(p)
+
+    def remove_partitions(self, tps: list[TopicPartition]) -> None:
+        for f in self.fetchers.values():
+            for tp in tps:
+                f.remove(tp)
+
+    async def shutdown_idle(self) -> None:
+        for key, f in list(self.fetchers.items()):
+            if not f.states:
+                del self.fetchers[key]
+                await f.stop()
+
+    async def shutdown(self) -> None:
+        for f in self.fetchers.values():
+            await f.stop()
+        self.fetchers.clear()

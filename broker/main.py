@@ -1,0 +1,71 @@
+"""``minikafka broker --config FILE [--set key=value ...]``: run one broker in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from broker.config import ConfigError, load_config
+from broker.log.manager import LogDirLockedError
+from broker.server import KafkaServer
+from controller.zk_client import BrokerIdInUseError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("broker", help="run one broker in the foreground")
+    p.add_argument("--config", type=Path, help="a Kafka-style server.properties file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config (repeatable), e.g. --set broker.id=1")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, args.set)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    return uvloop.run(_serve(config))
+
+
+async def _serve(config: Any) -> int:
+    server = KafkaServer(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.startup()
+    except (BrokerIdInUseError, LogDirLockedError) as e:
+        logging.getLogger("broker").error("cannot start: %s", e)
+        print(f"error: {e}", file=sys.stderr)
+        await _quiet_stop(server)
+        return 1
+    except Exception as e:
+        logging.getLogger("broker").exception("cannot start")
+        print(f"error: broker failed to start: {e}", file=sys.stderr)
+        await _quiet_stop(server)
+        return 1
+    await stop.wait()
+    await server.shutdown(controlled=True)
+    return 0
+
+
+async def _quiet_stop(server: KafkaServer) -> None:
+    zk = getattr(server, "zk", None)
+    if zk is not None:
+        try:
+            await asyncio.to_thread(zk.stop)
+        except Exception:
+            pass

@@ -1,0 +1,51 @@
+"""The broker's copy of cluster metadata, kept by the controller's UpdateMetadata requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proto import minikafka_pb2 as pb
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int
+
+
+@dataclass
+class MetadataCache:
+    controller_id: int = -1
+    controller_epoch: int = 0
+    brokers: dict[int, pb.BrokerEndpoint] = field(default_factory=dict)
+    partitions: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
+
+    def update(self, req: pb.UpdateMetadataRequest) -> None:
+        self.controller_id = req.controller_id
+        self.controller_epoch = req.controller_epoch
+        self.brokers = {b.broker_id: b for b in req.live_brokers}
+        for topic in req.deleted_topics:
+            self.partitions.pop(topic, None)
+        for s in req.partition_states:
+            self.partitions.setdefault(s.topic_name, {})[s.partition_index] = PartitionInfo(
+                s.leader, s.leader_epoch, tuple(s.replicas), tuple(s.isr), tuple(s.offline_replicas),
+                s.controller_epoch, s.zk_version)
+
+    def topics(self) -> list[str]:
+        return sorted(self.partitions)
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self.partitions
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo | None:
+        return self.partitions.get(topic, {}).get(partition)
+
+    def endpoint(self, broker_id: int) -> pb.BrokerEndpoint | None:
+        return self.brokers.get(broker_id)

@@ -1,0 +1,58 @@
+"""Delayed operations (Kafka's DelayedOperationPurgatory), for one asyncio loop.
+
+A delayed fetch or acks=all produce waits until its condition holds or its
+time runs out. Instead of a timer wheel per operation, a waiter registers on
+the keys (topic-partitions) whose change may complete it; ``notify(key)``
+wakes every waiter on that key, which re-checks its condition (tryComplete).
+Everything runs on the broker's event loop, so check-then-watch needs no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Hashable, Iterable
+
+
+class Purgatory:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._watchers: dict[Hashable, set[asyncio.Future[None]]] = {}
+
+    def __len__(self) -> int:
+        """Distinct operations waiting (an operation watching several keys counts once)."""
+        return len({id(f) for fs in self._watchers.values() for f in fs})
+
+    def notify(self, key: Hashable) -> None:
+        for fut in self._watchers.pop(key, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    def notify_all(self) -> None:
+        for key in list(self._watchers):
+            self.notify(key)
+
+    async def wait_until(self, keys: Iterable[Hashable], condition: Callable[[], bool], timeout_s: float) -> bool:
+        """True once ``condition()`` holds; False if ``timeout_s`` passes first."""
+        keys = list(keys)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout_s)
+        while True:
+            if condition():
+                return True
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            fut: asyncio.Future[None] = loop.create_future()
+            for k in keys:
+                self._watchers.setdefault(k, set()).add(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                for k in keys:
+                    ws = self._watchers.get(k)
+                    if ws is not None:
+                        ws.discard(fut)
+                        if not ws:
+                            del self._watchers[k]

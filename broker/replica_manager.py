@@ -1,0 +1,497 @@
+"""The broker's replicas: leadership changes, produce, fetch (Kafka's ReplicaManager + Partition).
+
+This is the imperative shell around ``broker.replication.state``: it owns the
+logs, applies LeaderAndIsr / StopReplica from the controller (fenced by
+controller epoch and leader epoch, SPEC S7.4), appends produced batches,
+serves consumer and follower fetches through the purgatory, and carries out
+the ISR changes the pure core proposes by writing the partition state znode
+conditionally on its zk_version. It runs on the broker's asyncio loop;
+ZooKeeper calls go to a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.log.config import LogConfig
+from broker.log.log import Log
+from broker.log.manager import LogManager
+from broker.metadata_cache import MetadataCache
+from broker.purgatory import Purgatory
+from broker.replication.state import LeaderState, follower_high_watermark
+from controller.zk_client import KafkaZkClient
+from proto import errors
+from proto import minikafka_pb2 as pb
+from proto.zk_data import NO_LEADER, LeaderAndIsr, LeaderIsrAndControllerEpoch, TopicPartitionId
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+E = pb.ErrorCode
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Partition:
+    topic: str
+    partition: int
+    log: Log
+    leader_id: int = NO_LEADER
+    leader_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    zk_version: int = -1
+    controller_epoch: int = 0
+    leader_state: LeaderState | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_state is not None
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+
+@dataclass
+class BrokerSettings:
+    broker_id: int
+    replica_lag_time_max_ms: int
+    default_log_config: LogConfig
+
+
+class ReplicaManager:
+    def __init__(self, settings: BrokerSettings, log_manager: LogManager, zk: KafkaZkClient,
+                 metadata: MetadataCache, topic_config: Callable[[str], LogConfig]) -> None:
+        self.settings = settings
+        self.broker_id = settings.broker_id
+        self.log_manager = log_manager
+        self.zk = zk
+        self.metadata = metadata
+        self.topic_config = topic_config
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.controller_epoch = 0
+        self.fetch_purgatory = Purgatory("fetch")
+        self.produce_purgatory = Purgatory("produce")
+        self.fetcher_manager: FetcherManagerProtocol | None = None
+        self._isr_writes: set[asyncio.Task[None]] = set()
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+
+    # ------------------------------------------------------------ controller requests
+
+    def _check_controller_epoch(self, epoch: int, what: str) -> bool:
+        if epoch < self.controller_epoch:
+            log.info("refusing %s from controller epoch %d: current controller epoch is %d",
+                     what, epoch, self.controller_epoch)
+            return False
+        self.controller_epoch = epoch
+        return True
+
+    def handle_leader_and_isr(self, req: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
+        if not self._check_controller_epoch(req.controller_epoch, "LeaderAndIsr"):
+            return pb.LeaderAndIsrResponse(error_code=E.STALE_CONTROLLER_EPOCH)
+        endpoints = {b.broker_id: b for b in req.live_leaders}
+        resp = pb.LeaderAndIsrResponse(error_code=E.NONE)
+        for s in req.partition_states:
+            tp = (s.topic_name, s.partition_index)
+            code = self._apply_partition_state(s, endpoints)
+            resp.partition_errors.add(topic_name=tp[0], partition_index=tp[1], error_code=code)
+        return resp
+
+    def _apply_partition_state(self, s: pb.LeaderAndIsrPartitionState,
+                               endpoints: dict[int, pb.BrokerEndpoint]) -> int:
+        tp = (s.topic_name, s.partition_index)
+        p = self.partitions.get(tp)
+        if p is not None and s.leader_epoch < p.leader_epoch:
+            log.info("refusing LeaderAndIsr for %s-%d: leader epoch %d is older than %d",
+                     tp[0], tp[1], s.leader_epoch, p.leader_epoch)
+            return E.FENCED_LEADER_EPOCH
+        if p is not None and s.leader_epoch == p.leader_epoch:
+            # A controller failover resends what we have; the ISR may have moved on since.
+            if s.zk_version > p.zk_version:
+                self._set_isr(p, tuple(s.isr), s.zk_version)
+            return E.NONE
+        if self.broker_id not in s.replicas:
+            return E.UNKNOWN_TOPIC_OR_PARTITION
+        if p is None:
+            cfg = self.topic_config(tp[0])
+            p = Partition(tp[0], tp[1], self.log_manager.get_or_create_log(tp[0], tp[1], now_ms(), cfg))
+            self.partitions[tp] = p
+        p.leader_epoch = s.leader_epoch
+        p.replicas = tuple(s.replicas)
+        p.isr = tuple(s.isr)
+        p.zk_version = s.zk_version
+        p.controller_epoch = s.controller_epoch
+        p.leader_id = s.leader
+        if s.leader == self.broker_id:
+            self._make_leader(p)
+        else:
+            self._make_follower(p, endpoints.get(s.leader))
+        self.fetch_purgatory.notify(tp)
+        self.produce_purgatory.notify(tp)
+        return E.NONE
+
+    def _make_leader(self, p: Partition) -> None:
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partitions([p.tp])
+        t = now_ms()
+        # S8.2: the new leader records where its epoch starts before any write.
+        p.log.assign_epoch_start_offset(p.leader_epoch, p.log.log_end_offset)
+        p.leader_state = LeaderState(local_id=self.broker_id, leader_epoch=p.leader_epoch, replicas=p.replicas,
+                                     isr=p.isr, zk_version=p.zk_version, high_watermark=p.log.high_watermark,
+                                     log_end_offset=p.log.log_end_offset, now_ms=t)
+        if p.leader_state.maybe_increment_high_watermark(t, self.settings.replica_lag_time_max_ms):
+            p.log.update_high_watermark(p.leader_state.high_watermark)
+        log.info("%s-%d: became leader at epoch %d, isr %s, log end %d, high watermark %d",
+                 p.topic, p.partition, p.leader_epoch, list(p.isr), p.log.log_end_offset, p.log.high_watermark)
+
+    def _make_follower(self, p: Partition, leader: pb.BrokerEndpoint | None) -> None:
+        p.leader_state = None
+        if self.fetcher_manager is None:
+            return
+        self.fetcher_manager.remove_partitions([p.tp])
+        if p.leader_id == NO_LEADER or leader is None:
+            log.info("%s-%d: follower at epoch %d with no live leader", p.topic, p.partition, p.leader_epoch)
+            return
+        log.info("%s-%d: became follower of %d at epoch %d, log end %d", p.topic, p.partition, p.leader_id,
+                 p.leader_epoch, p.log.log_end_offset)
+        self.fetcher_manager.add_partition(p, leader)
+
+    def _set_isr(self, p: Partition, isr: tuple[int, ...], zk_version: int) -> None:
+        p.isr = isr
+        p.zk_version = zk_version
+        if p.leader_state is not None:
+            t = now_ms()
+            if p.leader_state.on_isr_committed(isr, zk_version, t, self.settings.replica_lag_time_max_ms):
+                self._on_high_watermark_moved(p)
+
+    def handle_stop_replica(self, req: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
+        if not self._check_controller_epoch(req.controller_epoch, "StopReplica"):
+            return pb.StopReplicaResponse(error_code=E.STALE_CONTROLLER_EPOCH)
+        resp = pb.StopReplicaResponse(error_code=E.NONE)
+        for sp in req.partitions:
+            tp = (sp.topic_name, sp.partition_index)
+            p = self.partitions.get(tp)
+            code = E.NONE
+            if p is not None and sp.leader_epoch >= 0 and sp.leader_epoch < p.leader_epoch:
+                code = E.FENCED_LEADER_EPOCH
+            else:
+                if self.fetcher_manager is not None:
+                    self.fetcher_manager.remove_partitions([tp])
+                if p is not None:
+                    p.leader_state = None
+                    if sp.delete_partition:
+                        del self.partitions[tp]
+                if sp.delete_partition:
+                    self.log_manager.delete_log(tp[0], tp[1])
+                self.fetch_purgatory.notify(tp)
+                self.produce_purgatory.notify(tp)
+            resp.partition_errors.add(topic_name=tp[0], partition_index=tp[1], error_code=code)
+        return resp
+
+    def handle_update_metadata(self, req: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
+        if not self._check_controller_epoch(req.controller_epoch, "UpdateMetadata"):
+            return pb.UpdateMetadataResponse(error_code=E.STALE_CONTROLLER_EPOCH)
+        self.metadata.update(req)
+        return pb.UpdateMetadataResponse(error_code=E.NONE)
+
+    # ------------------------------------------------------------ produce
+
+    def _leader_partition(self, topic: str, partition: int) -> Partition:
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            if self.metadata.partition(topic, partition) is None:
+                raise errors.UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
+            raise errors.NotLeaderOrFollowerError(f"broker {self.broker_id} is not the leader of {topic}-{partition}")
+        if not p.is_leader:
+            raise errors.NotLeaderOrFollowerError(
+                f"broker {self.broker_id} is not the leader of {topic}-{partition} (leader {p.leader_id})")
+        return p
+
+    async def handle_produce(self, req: pb.ProduceRequest) -> pb.ProduceResponse:
+        acks = req.acks
+        resp = pb.ProduceResponse()
+        pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]] = []
+        for td in req.topics:
+            tr = resp.topics.add(name=td.name)
+            for pd in td.partitions:
+                pr = tr.partitions.add(partition=pd.partition, base_offset=-1, log_append_time_ms=-1,
+                                       log_start_offset=-1)
+                if acks not in (0, 1, -1):
+                    pr.error_code = E.INVALID_REQUIRED_ACKS
+                    continue
+                try:
+                    p = self._leader_partition(td.name, pd.partition)
+                    state = p.leader_state
+                    assert state is not None
+                    min_isr = p.log.config.min_insync_replicas
+                    if acks == -1 and len(state.isr) < min_isr:
+                        raise errors.NotEnoughReplicasError(
+                            f"{td.name}-{pd.partition}: ISR {list(state.isr)} is smaller than "
+                            f"min.insync.replicas={min_isr}")
+                    info = p.log.append_as_leader(pd.records, p.leader_epoch, now_ms())
+                except errors.KafkaError as e:
+                    pr.error_code = e.wire_code
+                    pr.error_message = e.message
+                    continue
+                pr.base_offset = info.first_offset
+                pr.log_append_time_ms = info.log_append_time_ms
+                pr.log_start_offset = info.log_start_offset
+                if state.on_local_append(p.log.log_end_offset, now_ms(), self.settings.replica_lag_time_max_ms):
+                    self._on_high_watermark_moved(p)
+                self.fetch_purgatory.notify(p.tp)
+                if acks == -1:
+                    pending.append((p, pr, info.last_offset + 1, p.leader_epoch))
+        if pending:
+            await self._await_acks(pending, req.timeout_ms)
+        return resp
+
+    async def _await_acks(self, pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]],
+                          timeout_ms: int) -> None:
+        """The delayed produce of acks=all: done when the HW passed every batch (S5.1)."""
+
+        def settled(item: tuple[Partition, pb.ProducePartitionResponse, int, int]) -> bool:
+            p, _pr, required, epoch = item
+            if p.leader_state is None or p.leader_epoch != epoch:
+                return True  # no longer leader: answered below
+            return p.leader_state.high_watermark >= required
+
+        await self.produce_purgatory.wait_until([p.tp for p, *_ in pending],
+                                                lambda: all(settled(i) for i in pending), timeout_ms / 1000.0)
+        for p, pr, required, epoch in pending:
+            st = p.leader_state
+            if st is None or p.leader_epoch != epoch:
+                if p.log.high_watermark < required:
+                    pr.error_code = E.NOT_LEADER_OR_FOLLOWER
+                    pr.error_message = "leadership moved before the records were committed"
+                continue
+            decision = st.check_enough_replicas_reach(required, p.log.config.min_insync_replicas)
+            if not decision.done:
+                pr.error_code = E.REQUEST_TIMED_OUT
+                pr.error_message = f"the ISR {list(st.isr)} did not replicate up to {required} in time"
+            elif decision.not_enough_replicas:
+                pr.error_code = E.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                pr.error_message = f"ISR shrank to {list(st.isr)} below min.insync.replicas"
+
+    def _on_high_watermark_moved(self, p: Partition) -> None:
+        if p.leader_state is not None:
+            p.log.update_high_watermark(p.leader_state.high_watermark)
+        self.produce_purgatory.notify(p.tp)
+        self.fetch_purgatory.notify(p.tp)
+
+    # ------------------------------------------------------------ fetch
+
+    async def handle_fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
+        follower = req.replica_id >= 0
+        tps = [(t.name, fp.partition) for t in req.topics for fp in t.partitions]
+        if follower:
+            self._record_follower_fetch(req)
+
+        def build() -> tuple[pb.FetchResponse, int, bool]:
+            return self._read_fetch(req, follower)
+
+        resp, nbytes, has_error = build()
+        if nbytes < max(1, req.min_bytes) and not has_error and req.max_wait_ms > 0:
+            box: list[tuple[pb.FetchResponse, int, bool]] = []
+
+            def ready() -> bool:
+                r = build()
+                box[:] = [r]
+                return r[1] >= max(1, req.min_bytes) or r[2]
+
+            await self.fetch_purgatory.wait_until(tps, ready, req.max_wait_ms / 1000.0)
+            if box:
+                resp = box[0][0]
+        return resp
+
+    def _record_follower_fetch(self, req: pb.FetchRequest) -> None:
+        t = now_ms()
+        lag = self.settings.replica_lag_time_max_ms
+        for td in req.topics:
+            for fp in td.partitions:
+                p = self.partitions.get((td.name, fp.partition))
+                if p is None or p.leader_state is None:
+                    continue
+                if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != p.leader_epoch:
+                    continue
+                moved, expand = p.leader_state.on_follower_fetch(req.replica_id, fp.fetch_offset, t, lag)
+                if moved:
+                    self._on_high_watermark_moved(p)
+                if expand is not None:
+                    self._write_isr(p, expand.new_isr, expand.expected_zk_version, expand.reason)
+
+    def _read_fetch(self, req: pb.FetchRequest, follower: bool) -> tuple[pb.FetchResponse, int, bool]:
+        resp = pb.FetchResponse(error_code=E.NONE)
+        budget = req.max_bytes if req.max_bytes > 0 else 50 * 1024 * 1024
+        total = 0
+        has_error = False
+        for td in req.topics:
+            tr = resp.topics.add(name=td.name)
+            for fp in td.partitions:
+                pr = tr.partitions.add(partition=fp.partition, high_watermark=-1, last_stable_offset=-1,
+                                       log_start_offset=-1, log_end_offset=-1)
+                try:
+                    p = self._leader_partition(td.name, fp.partition)
+                    self._check_leader_epoch(p, fp.current_leader_epoch)
+                    lg = p.log
+                    pr.leader_epoch = p.leader_epoch
+                    pr.high_watermark = lg.high_watermark
+                    pr.last_stable_offset = lg.high_watermark
+                    pr.log_start_offset = lg.log_start_offset
+                    pr.log_end_offset = lg.log_end_offset
+                    max_offset = lg.log_end_offset if follower else lg.high_watermark
+                    limit = min(fp.partition_max_bytes or budget, budget)
+                    if limit <= 0:
+                        continue
+                    data = lg.read(fp.fetch_offset, limit, max_offset, min_one_batch=total == 0)
+                except errors.KafkaError as e:
+                    pr.error_code = e.wire_code
+                    has_error = True
+                    continue
+                pr.records = data
+                total += len(data)
+                budget -= len(data)
+        return resp, total, has_error
+
+    def _check_leader_epoch(self, p: Partition, current_leader_epoch: int) -> None:
+        if current_leader_epoch < 0:
+            return
+        if current_leader_epoch < p.leader_epoch:
+            raise errors.FencedLeaderEpochError(
+                f"{p.topic}-{p.partition}: epoch {current_leader_epoch} is older than {p.leader_epoch}")
+        if current_leader_epoch > p.leader_epoch:
+            raise errors.UnknownLeaderEpochError(
+                f"{p.topic}-{p.partition}: epoch {current_leader_epoch} is newer than {p.leader_epoch}")
+
+    # ------------------------------------------------------------ offsets
+
+    def handle_list_offsets(self, req: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+        resp = pb.ListOffsetsResponse()
+        for td in req.topics:
+            tr = resp.topics.add(name=td.name)
+            for lp in td.partitions:
+                pr = tr.partitions.add(partition=lp.partition, timestamp=-1, offset=-1, leader_epoch=-1)
+                try:
+                    p = self._leader_partition(td.name, lp.partition)
+                    self._check_leader_epoch(p, lp.current_leader_epoch)
+                    lg = p.log
+                    bound = lg.log_end_offset if req.replica_id >= 0 else lg.high_watermark
+                    pr.leader_epoch = p.leader_epoch
+                    if lp.timestamp == -2:
+                        pr.offset = lg.log_start_offset
+                    elif lp.timestamp == -1:
+                        pr.offset = bound
+                    elif lp.timestamp < 0:
+                        raise errors.InvalidRequestError(f"timestamp {lp.timestamp} is not -2, -1 or a time")
+                    else:
+                        rec = lg.offset_for_timestamp(lp.timestamp)
+                        if rec is not None and rec.offset < bound:
+                            pr.offset, pr.timestamp = rec.offset, rec.timestamp
+                except errors.KafkaError as e:
+                    pr.error_code = e.wire_code
+        return resp
+
+    def handle_offsets_for_leader_epoch(self, req: pb.OffsetsForLeaderEpochRequest) \
+            -> pb.OffsetsForLeaderEpochResponse:
+        """S8.3 on the leader: LEO for its current epoch, else where the next epoch starts."""
+        resp = pb.OffsetsForLeaderEpochResponse()
+        for td in req.topics:
+            tr = resp.topics.add(topic=td.topic)
+            for op in td.partitions:
+                pr = tr.partitions.add(partition=op.partition, leader_epoch=-1, end_offset=-1)
+                try:
+                    p = self._leader_partition(td.topic, op.partition)
+                    self._check_leader_epoch(p, op.current_leader_epoch)
+                    epoch, end = p.log.end_offset_for_epoch(op.leader_epoch)
+                    pr.leader_epoch, pr.end_offset = epoch, end
+                except errors.KafkaError as e:
+                    pr.error_code = e.wire_code
+        return resp
+
+    # ------------------------------------------------------------ followers' side
+
+    def on_follower_data(self, p: Partition, records: bytes, leader_high_watermark: int) -> None:
+        """Called by the fetcher with what it fetched for ``p``."""
+        if records:
+            p.log.append_as_follower(records, now_ms())
+        p.log.update_high_watermark(follower_high_watermark(p.log.log_end_offset, leader_high_watermark))
+        self.fetch_purgatory.notify(p.tp)
+
+    # ------------------------------------------------------------ ISR upkeep
+
+    def maybe_shrink_isr(self) -> None:
+        """Periodic (S4.2): ask every led partition whether a follower fell out of sync."""
+        t = now_ms()
+        for p in list(self.partitions.values()):
+            st = p.leader_state
+            if st is None:
+                continue
+            change = st.maybe_shrink_isr(t, self.settings.replica_lag_time_max_ms)
+            if change is not None:
+                self._write_isr(p, change.new_isr, change.expected_zk_version, change.reason)
+
+    def _write_isr(self, p: Partition, new_isr: tuple[int, ...], expected_version: int, reason: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._persist_isr(p, new_isr, expected_version, reason))
+        self._isr_writes.add(task)
+        task.add_done_callback(self._isr_writes.discard)
+
+    async def _persist_isr(self, p: Partition, new_isr: tuple[int, ...], expected_version: int, reason: str) -> None:
+        epoch = p.leader_epoch
+        state = LeaderIsrAndControllerEpoch(LeaderAndIsr(self.broker_id, epoch, new_isr, expected_version),
+                                            p.controller_epoch)
+        try:
+            version = await asyncio.to_thread(self.zk.update_partition_state, p.topic, p.partition, state,
+                                              expected_version)
+        except Exception as e:  # ZooKeeper unreachable: try again on the next check
+            log.warning("%s-%d: cannot write ISR %s: %s", p.topic, p.partition, list(new_isr), e)
+            if p.leader_state is not None:
+                p.leader_state.on_isr_write_failed()
+            return
+        st = p.leader_state
+        if st is None or p.leader_epoch != epoch:
+            return
+        if version is None:
+            log.info("%s-%d: ISR update to %s refused (zk_version %d is stale): this leader was deposed",
+                     p.topic, p.partition, list(new_isr), expected_version)
+            st.on_isr_write_failed()
+            return
+        grew = len(new_isr) > len(p.isr)
+        if grew:
+            self.isr_expands += 1
+        else:
+            self.isr_shrinks += 1
+        log.info("%s-%d: ISR %s -> %s at zk_version %d (%s)", p.topic, p.partition, list(p.isr), list(new_isr),
+                 version, reason)
+        self._set_isr(p, new_isr, version)
+        try:
+            await asyncio.to_thread(self.zk.create_isr_change_notification, [TopicPartitionId(p.topic, p.partition)])
+        except Exception as e:
+            log.warning("cannot notify the controller of an ISR change: %s", e)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self.log_manager.checkpoint_high_watermarks()
+
+    def leader_count(self) -> int:
+        return sum(1 for p in self.partitions.values() if p.is_leader)
+
+
+class FetcherManagerProtocol:
+    """What the replica manager needs of the fetchers (see broker.fetcher)."""
+
+    def add_partition(self, p: Partition, leader: pb.BrokerEndpoint) -> None:
+        raise NotImplementedError
+
+    def remove_partitions(self, tps: list[TopicPartition]) -> None:
+        raise NotImplementedError

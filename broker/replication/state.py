@@ -1,0 +1,205 @@
+"""The replication core of one partition, pure: no sockets, no clock, no disk.
+
+Theory of operation (SPEC S3, S4, S5, S8)
+-----------------------------------------
+On the **leader**, ``LeaderState`` tracks every follower's log end offset as
+carried by its fetch offset (S3.3) and when it last caught up:
+
+* a fetch at or beyond the leader's LEO at fetch time means "caught up now";
+  a fetch at or beyond the leader's LEO of the *previous* fetch means "was
+  caught up when it sent the previous one" (Kafka's lastCaughtUpTimeMs);
+* the high watermark is the minimum LEO of the leader and every ISR member,
+  plus any follower caught up within replica.lag.time.max.ms (it is about to
+  join), and it never moves backwards (S3.4);
+* a follower in the ISR that has not caught up for replica.lag.time.max.ms
+  is proposed for removal (S4.2); one outside whose LEO reached the HW (and
+  the start of the current epoch) is proposed for addition (S4.3).
+
+ISR changes are *proposals*: the shell writes the state znode conditionally
+on ``zk_version`` and reports back with ``on_isr_committed`` (or
+``on_isr_write_failed``, which means this leader has been deposed). While a
+change is in flight the HW is computed over the larger of the old and new
+ISR, so it can never pass a replica that may still be counted as in sync.
+
+On a **follower**, the HW is min(own LEO, leader HW) (S3.5), and the
+truncation point after a leader change comes from OffsetsForLeaderEpoch,
+never from the HW (S8.3, KIP-101/KIP-279): ``truncation_offset``.
+
+Every method takes ``now_ms`` where time matters and returns decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from broker.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
+
+
+@dataclass
+class ReplicaProgress:
+    """The leader's view of one follower."""
+
+    log_end_offset: int = -1
+    last_caught_up_time_ms: int = 0
+    last_fetch_leader_log_end_offset: int = -1
+    last_fetch_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IsrChange:
+    new_isr: tuple[int, ...]
+    expected_zk_version: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AckDecision:
+    """Whether a delayed acks=all produce up to ``required_offset`` can complete."""
+
+    done: bool
+    not_enough_replicas: bool = False
+
+
+class LeaderState:
+    def __init__(self, *, local_id: int, leader_epoch: int, replicas: Iterable[int], isr: Iterable[int],
+                 zk_version: int, high_watermark: int, log_end_offset: int, now_ms: int) -> None:
+        self.local_id = local_id
+        self.leader_epoch = leader_epoch
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self.zk_version = zk_version
+        self.high_watermark = high_watermark
+        self.log_end_offset = log_end_offset
+        # S8.2: the first offset of this leader's epoch; a follower joins only past it.
+        self.epoch_start_offset = log_end_offset
+        self.pending_isr: tuple[int, ...] | None = None
+        self.followers: dict[int, ReplicaProgress] = {}
+        for r in self.replicas:
+            if r != local_id:
+                # Members of the ISR start as caught up now, others as never (Kafka's makeLeader).
+                self.followers[r] = ReplicaProgress(last_caught_up_time_ms=now_ms if r in self.isr else 0)
+
+    # ------------------------------------------------------------ derived
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        if self.pending_isr is None:
+            return self.isr
+        return tuple(sorted(set(self.isr) | set(self.pending_isr)))
+
+    def follower_log_end_offset(self, replica_id: int) -> int:
+        p = self.followers.get(replica_id)
+        return p.log_end_offset if p else -1
+
+    # ------------------------------------------------------------ events
+
+    def on_local_append(self, log_end_offset: int, now_ms: int, lag_max_ms: int) -> bool:
+        """The leader appended; returns True if the HW moved (only possible with ISR = [leader])."""
+        self.log_end_offset = log_end_offset
+        return self.maybe_increment_high_watermark(now_ms, lag_max_ms)
+
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
+                          lag_max_ms: int) -> tuple[bool, IsrChange | None]:
+        """S3.3: a follower fetched from ``fetch_offset`` (its LEO). Returns (HW moved, ISR expansion)."""
+        p = self.followers.get(replica_id)
+        if p is None:
+            return False, None
+        if fetch_offset >= self.log_end_offset:
+            p.last_caught_up_time_ms = max(p.last_caught_up_time_ms, now_ms)
+        elif fetch_offset >= p.last_fetch_leader_log_end_offset >= 0:
+            p.last_caught_up_time_ms = max(p.last_caught_up_time_ms, p.last_fetch_time_ms)
+        p.log_end_offset = fetch_offset
+        p.last_fetch_leader_log_end_offset = self.log_end_offset
+        p.last_fetch_time_ms = now_ms
+        expand = self.maybe_expand_isr(replica_id)
+        moved = self.maybe_increment_high_watermark(now_ms, lag_max_ms)
+        return moved, expand
+
+    def maybe_increment_high_watermark(self, now_ms: int, lag_max_ms: int) -> bool:
+        """S3.4: min LEO over leader, ISR and recently caught-up followers; never backwards."""
+        new_hw = self.log_end_offset
+        isr = self.maximal_isr
+        for r, p in self.followers.items():
+            counts = r in isr or now_ms - p.last_caught_up_time_ms <= lag_max_ms
+            if counts and p.log_end_offset < new_hw:
+                new_hw = p.log_end_offset
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            return True
+        return False
+
+    def maybe_expand_isr(self, replica_id: int) -> IsrChange | None:
+        """S4.3: a follower outside the ISR rejoins once its LEO reaches the HW."""
+        if self.pending_isr is not None or replica_id in self.isr or replica_id not in self.followers:
+            return None
+        leo = self.followers[replica_id].log_end_offset
+        if leo >= self.high_watermark and leo >= self.epoch_start_offset:
+            new_isr = tuple(sorted((*self.isr, replica_id)))
+            self.pending_isr = new_isr
+            return IsrChange(new_isr, self.zk_version, f"replica {replica_id} caught up to {leo}")
+        return None
+
+    def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> IsrChange | None:
+        """S4.2: followers that have not caught up for replica.lag.time.max.ms leave the ISR."""
+        if self.pending_isr is not None:
+            return None
+        out = [r for r in self.isr if r != self.local_id and r in self.followers
+               and now_ms - self.followers[r].last_caught_up_time_ms > lag_max_ms]
+        if not out:
+            return None
+        new_isr = tuple(r for r in self.isr if r not in out)
+        self.pending_isr = new_isr
+        lags = ", ".join(f"{r} (leo {self.followers[r].log_end_offset})" for r in out)
+        return IsrChange(new_isr, self.zk_version, f"out of sync for more than {lag_max_ms} ms: {lags}")
+
+    def on_isr_committed(self, isr: tuple[int, ...], zk_version: int, now_ms: int, lag_max_ms: int) -> bool:
+        """The state znode now says ``isr``; returns True if the HW moved (S3.4: re-evaluate on shrink)."""
+        self.isr = isr
+        self.zk_version = zk_version
+        self.pending_isr = None
+        return self.maybe_increment_high_watermark(now_ms, lag_max_ms)
+
+    def on_isr_write_failed(self) -> None:
+        """The conditional write lost: someone newer owns the partition. Keep the old ISR."""
+        self.pending_isr = None
+
+    def check_enough_replicas_reach(self, required_offset: int, min_insync_replicas: int) -> AckDecision:
+        """S5.1/S5.2 for a delayed acks=all produce ending at ``required_offset`` (exclusive)."""
+        if self.high_watermark >= required_offset:
+            return AckDecision(True, len(self.isr) < min_insync_replicas)
+        return AckDecision(False)
+
+
+def follower_high_watermark(log_end_offset: int, leader_high_watermark: int) -> int:
+    """S3.5."""
+    return min(log_end_offset, leader_high_watermark)
+
+
+@dataclass(frozen=True, slots=True)
+class TruncationDecision:
+    offset: int
+    # False: truncate there, then ask again with the follower's new latest epoch (KIP-279).
+    completed: bool
+
+
+def truncation_offset(local_cache: LeaderEpochCache, local_log_end_offset: int, leader_epoch: int,
+                      leader_end_offset: int) -> TruncationDecision:
+    """S8.3: where a new follower truncates, from the leader's OffsetsForLeaderEpoch answer.
+
+    ``leader_epoch``/``leader_end_offset`` answer the follower's own latest epoch:
+    the leader's largest epoch <= it and where that epoch ends on the leader.
+    """
+    if leader_end_offset == UNDEFINED_EPOCH_OFFSET:
+        # The leader knows nothing to compare with: keep the log; an out-of-range fetch reconciles.
+        return TruncationDecision(local_log_end_offset, True)
+    if leader_epoch == UNDEFINED_EPOCH:
+        return TruncationDecision(min(leader_end_offset, local_log_end_offset), True)
+    follower_epoch, follower_end = local_cache.end_offset_for(leader_epoch, local_log_end_offset)
+    if follower_epoch == UNDEFINED_EPOCH:
+        return TruncationDecision(min(leader_end_offset, local_log_end_offset), True)
+    if follower_epoch != leader_epoch:
+        # We never saw the epoch the leader named: cut back to the end of our largest
+        # epoch below it and ask again.
+        return TruncationDecision(min(follower_end, local_log_end_offset), False)
+    return TruncationDecision(min(follower_end, leader_end_offset, local_log_end_offset), True)

@@ -1,0 +1,360 @@
+"""One broker process (Kafka's KafkaServer): start-up, the gRPC services, shutdown.
+
+Start-up order matters and follows Kafka: recover the logs, connect to
+ZooKeeper, start serving gRPC, *then* register the ephemeral
+/brokers/ids/[id] znode (so the controller never sends requests to a broker
+that cannot answer), then start the controller component. SIGTERM is a
+controlled shutdown: leaderships move away first, then everything is
+checkpointed and the clean-shutdown marker written. SIGKILL is survived
+through the ZooKeeper session expiry and log recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+import grpc
+from kazoo.protocol.states import KazooState
+
+from broker.admin import AdminManager, validate_topic_name
+from broker.config import BrokerConfig
+from broker.fetcher import FetcherSettings, ReplicaFetcherManager
+from broker.log.config import LogConfig
+from broker.log.manager import LogManager
+from broker.metadata_cache import MetadataCache
+from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
+from controller.controller import ControllerSettings, KafkaController
+from controller.zk_client import KafkaZkClient
+from proto import errors
+from proto import minikafka_pb2 as pb
+from proto import minikafka_pb2_grpc as pb_grpc
+from proto.zk_data import BrokerRegistration, ConfigChangesZNode
+
+log = logging.getLogger(__name__)
+E = pb.ErrorCode
+
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class KafkaServer:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.metadata = MetadataCache()
+        self.broker_epoch = -1
+        self.port = -1
+        self.cluster_id = ""
+        self._topic_configs: dict[str, LogConfig] = {}
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._session_lost = threading.Event()
+        self._seen_config_changes: set[str] = set()
+        self.registered = asyncio.Event()
+
+    # ------------------------------------------------------------ start-up
+
+    async def startup(self) -> None:
+        cfg = self.config
+        self.loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        self.log_manager = LogManager(cfg.log_dir_paths, cfg.default_log_config(), self.topic_config)
+        await asyncio.to_thread(self.log_manager.startup, now_ms())
+        log.info("broker %d: loaded %d logs in %.2fs (clean shutdown: %s)", self.broker_id, len(self.log_manager),
+                 time.monotonic() - t0, all(self.log_manager.had_clean_shutdown.values()))
+
+        self.zk = KafkaZkClient(cfg.zookeeper_connect, cfg.session_timeout_ms, cfg.connection_timeout_ms)
+        await asyncio.to_thread(self.zk.start)
+        await asyncio.to_thread(self.zk.ensure_persistent_paths)
+        self.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id, uuid.uuid4().hex[:22])
+
+        self.replica_manager = ReplicaManager(
+            BrokerSettings(self.broker_id, cfg.replica_lag_time_max_ms, cfg.default_log_config()),
+            self.log_manager, self.zk, self.metadata, self.topic_config)
+        self.fetcher_manager = ReplicaFetcherManager(
+            FetcherSettings(self.broker_id, cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_min_bytes,
+                            cfg.replica_fetch_max_bytes, cfg.replica_fetch_backoff_ms, cfg.request_timeout_ms),
+            self.replica_manager)
+        self.replica_manager.fetcher_manager = self.fetcher_manager
+        self.admin = AdminManager(cfg, self.zk, self.metadata, self.topic_config)
+        self.controller = KafkaController(ControllerSettings(
+            broker_id=self.broker_id,
+            delete_topic_enable=cfg.delete_topic_enable,
+            unclean_leader_election_enable=cfg.unclean_leader_election_enable,
+            auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
+            leader_imbalance_per_broker_percentage=cfg.leader_imbalance_per_broker_percentage,
+            leader_imbalance_check_interval_seconds=cfg.leader_imbalance_check_interval_seconds,
+            request_timeout_ms=min(cfg.controller_socket_timeout_ms, cfg.request_timeout_ms)), self.zk)
+
+        self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS)
+        pb_grpc.add_KafkaApiServicer_to_server(KafkaApiServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
+        pb_grpc.add_BrokerControlServicer_to_server(BrokerControlServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
+        pb_grpc.add_ControllerApiServicer_to_server(ControllerApiServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
+        host, port = cfg.listener
+        self.port = self.grpc_server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise OSError(f"cannot listen on {host}:{port}")
+        await self.grpc_server.start()
+
+        await self._register()
+        self.zk.add_state_listener(self._on_zk_state)
+        self.controller.start()
+        self.zk.zk.ChildrenWatch(ConfigChangesZNode.PATH, self._on_config_changes_watch)
+
+        self._every(cfg.replica_lag_time_max_ms / 2000.0, self.replica_manager.maybe_shrink_isr)
+        self._every(cfg.replica_high_watermark_checkpoint_interval_ms / 1000.0,
+                    self.replica_manager.checkpoint_high_watermarks)
+        self._every(cfg.log_retention_check_interval_ms / 1000.0, self._cleanup_logs)
+        self._every(cfg.log_flush_scheduler_interval_ms / 1000.0, lambda: self.log_manager.flush_dirty_logs(now_ms()))
+        self._every(cfg.log_flush_offset_checkpoint_interval_ms / 1000.0, self._checkpoint_offsets)
+        log.info("broker %d started on %s:%d (cluster %s, broker epoch %d)", self.broker_id, *cfg.advertised[:1],
+                 self.port, self.cluster_id, self.broker_epoch)
+
+    async def _register(self) -> None:
+        host = self.config.advertised[0]
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        reg = BrokerRegistration(self.broker_id, host, self.port, now_ms(), self.config.broker_rack or None)
+        self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, reg)
+        self.fetcher_manager.broker_epoch = self.broker_epoch
+        self.registered.set()
+        log.info("broker %d registered at /brokers/ids/%d (broker epoch %d)", self.broker_id, self.broker_id,
+                 self.broker_epoch)
+
+    def _on_zk_state(self, state: KazooState) -> None:
+        """kazoo's thread: record session loss; re-register once a new session is up."""
+        self.controller.on_zk_state(state)
+        if state == KazooState.LOST:
+            log.warning("broker %d: ZooKeeper session expired", self.broker_id)
+            self._session_lost.set()
+        elif state == KazooState.CONNECTED and self._session_lost.is_set() and not self._stopping:
+            self._session_lost.clear()
+            self.loop.call_soon_threadsafe(lambda: self._spawn(self._reregister()))
+
+    async def _reregister(self) -> None:
+        try:
+            await self._register()
+        except Exception as e:
+            log.error("broker %d: re-registration failed: %s", self.broker_id, e)
+            return
+        self.controller.on_session_reestablished()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    def _every(self, seconds: float, fn: Any) -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(seconds)
+                try:
+                    fn()
+                except Exception:
+                    log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+
+        self._tasks.append(asyncio.get_running_loop().create_task(loop()))
+
+    def _cleanup_logs(self) -> None:
+        deleted = self.log_manager.cleanup_logs(now_ms())
+        if deleted:
+            log.info("retention deleted %d segments", deleted)
+            self.log_manager.checkpoint_log_start_offsets()
+
+    def _checkpoint_offsets(self) -> None:
+        self.log_manager.checkpoint_recovery_points()
+        self.log_manager.checkpoint_log_start_offsets()
+
+    # ------------------------------------------------------------ topic configs
+
+    def topic_config(self, topic: str) -> LogConfig:
+        cfg = self._topic_configs.get(topic)
+        if cfg is None:
+            overrides = self.zk.get_topic_config(topic) if hasattr(self, "zk") else {}
+            try:
+                cfg = self.config.default_log_config().with_overrides(overrides)
+            except errors.KafkaError as e:
+                log.warning("topic %s: ignoring bad config overrides %s: %s", topic, overrides, e)
+                cfg = self.config.default_log_config()
+            self._topic_configs[topic] = cfg
+        return cfg
+
+    def _on_config_changes_watch(self, children: list[str]) -> None:
+        self.loop.call_soon_threadsafe(lambda: self._spawn(self._reload_configs(children)))
+
+    async def _reload_configs(self, children: list[str]) -> None:
+        for child in sorted(set(children) - self._seen_config_changes):
+            self._seen_config_changes.add(child)
+            try:
+                data, _ = await asyncio.to_thread(self.zk.zk.get, f"{ConfigChangesZNode.PATH}/{child}")
+                topic = ConfigChangesZNode.decode(data)
+            except Exception:
+                continue
+            self._topic_configs.pop(topic, None)
+            if any(t == topic for (t, _p), _l in self.log_manager):
+                cfg = await asyncio.to_thread(self.topic_config, topic)
+                self.log_manager.update_config(topic, cfg)
+                log.info("topic %s: config reloaded", topic)
+
+    # ------------------------------------------------------------ requests answered here
+
+    async def handle_metadata(self, req: pb.MetadataRequest) -> pb.MetadataResponse:
+        md = self.metadata
+        resp = pb.MetadataResponse(cluster_id=self.cluster_id, controller_id=md.controller_id,
+                                   controller_epoch=md.controller_epoch)
+        brokers = list(md.brokers.values())
+        if not brokers and self.registered.is_set():
+            brokers = [pb.BrokerEndpoint(broker_id=self.broker_id, host=self.config.advertised[0], port=self.port)]
+        resp.brokers.extend(sorted(brokers, key=lambda b: b.broker_id))
+        names = md.topics() if req.all_topics else list(req.topics)
+        for name in names:
+            tm = resp.topics.add(name=name)
+            parts = md.partitions.get(name)
+            if parts is None:
+                try:
+                    validate_topic_name(name)
+                except errors.KafkaError as e:
+                    tm.error_code = e.wire_code
+                    continue
+                if self.config.auto_create_topics_enable and not req.all_topics:
+                    await self.admin.auto_create(name)
+                    tm.error_code = E.LEADER_NOT_AVAILABLE
+                else:
+                    tm.error_code = E.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            for p, info in sorted(parts.items()):
+                tm.partitions.add(error_code=E.LEADER_NOT_AVAILABLE if info.leader < 0 else E.NONE, partition=p,
+                                  leader=info.leader, leader_epoch=info.leader_epoch, replicas=info.replicas,
+                                  isr=info.isr, offline_replicas=info.offline_replicas)
+        return resp
+
+    async def handle_controlled_shutdown(self, req: pb.ControlledShutdownRequest) -> pb.ControlledShutdownResponse:
+        fut = self.controller.submit_controlled_shutdown(req.broker_id, req.broker_epoch)
+        return await asyncio.wrap_future(fut)
+
+    # ------------------------------------------------------------ shutdown
+
+    async def controlled_shutdown(self) -> bool:
+        """Ask the controller to move this broker's leaderships away (bounded retries)."""
+        cfg = self.config
+        if not cfg.controlled_shutdown_enable:
+            return False
+        for attempt in range(cfg.controlled_shutdown_max_retries + 1):
+            try:
+                controller_id = await asyncio.to_thread(self.zk.get_controller_id)
+                reg = await asyncio.to_thread(self.zk.get_broker, controller_id) if controller_id is not None \
+                    else None
+                if reg is None:
+                    raise errors.NotControllerError("no controller")
+                async with grpc.aio.insecure_channel(reg.address) as ch:
+                    stub = pb_grpc.ControllerApiStub(ch)  # type: ignore[no-untyped-call]
+                    resp = await stub.ControlledShutdown(
+                        pb.ControlledShutdownRequest(broker_id=self.broker_id, broker_epoch=self.broker_epoch),
+                        timeout=cfg.request_timeout_ms / 1000.0)
+                if resp.error_code == E.NONE and not resp.remaining_partitions:
+                    # Wait (bounded) for the LeaderAndIsr that makes us a follower everywhere.
+                    deadline = time.monotonic() + 5
+                    while self.replica_manager.leader_count() and time.monotonic() < deadline:
+                        await asyncio.sleep(0.05)
+                    log.info("broker %d: controlled shutdown succeeded", self.broker_id)
+                    return True
+                log.info("broker %d: controlled shutdown attempt %d: error %s, %d partitions still led",
+                         self.broker_id, attempt + 1, E.Name(resp.error_code), len(resp.remaining_partitions))
+            except Exception as e:
+                log.info("broker %d: controlled shutdown attempt %d failed: %s", self.broker_id, attempt + 1, e)
+            await asyncio.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000.0)
+        log.warning("broker %d: controlled shutdown did not complete; shutting down anyway", self.broker_id)
+        return False
+
+    async def shutdown(self, controlled: bool = True) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("broker %d: shutting down", self.broker_id)
+        if controlled and self.registered.is_set():
+            await self.controlled_shutdown()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.to_thread(self.controller.shutdown)
+        await self.fetcher_manager.shutdown()
+        await self.grpc_server.stop(grace=0.5)
+        self.replica_manager.checkpoint_high_watermarks()
+        await asyncio.to_thread(self.log_manager.shutdown)
+        await asyncio.to_thread(self.zk.stop)
+        log.info("broker %d: shut down cleanly", self.broker_id)
+
+
+# ------------------------------------------------------------------ gRPC servicers (thin)
+
+
+class KafkaApiServicer(pb_grpc.KafkaApiServicer):
+    def __init__(self, server: KafkaServer) -> None:
+        self.s = server
+
+    async def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
+        return await self.s.handle_metadata(request)
+
+    async def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
+        return await self.s.replica_manager.handle_produce(request)
+
+    async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
+        return await self.s.replica_manager.handle_fetch(request)
+
+    async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
+        return self.s.replica_manager.handle_list_offsets(request)
+
+    async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
+                                    context: Any) -> pb.OffsetsForLeaderEpochResponse:
+        return self.s.replica_manager.handle_offsets_for_leader_epoch(request)
+
+    async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Any) -> pb.CreateTopicsResponse:
+        return await self.s.admin.create_topics(request)
+
+    async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Any) -> pb.DeleteTopicsResponse:
+        return await self.s.admin.delete_topics(request)
+
+    async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> pb.DescribeConfigsResponse:
+        return await self.s.admin.describe_configs(request)
+
+    async def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Any) -> pb.AlterConfigsResponse:
+        return await self.s.admin.alter_configs(request)
+
+    async def InitProducerId(self, request: pb.InitProducerIdRequest, context: Any) -> pb.InitProducerIdResponse:
+        return await self.s.admin.init_producer_id(request)
+
+
+class BrokerControlServicer(pb_grpc.BrokerControlServicer):
+    def __init__(self, server: KafkaServer) -> None:
+        self.s = server
+
+    async def LeaderAndIsr(self, request: pb.LeaderAndIsrRequest, context: Any) -> pb.LeaderAndIsrResponse:
+        if request.broker_epoch >= 0 and request.broker_epoch < self.s.broker_epoch:
+            return pb.LeaderAndIsrResponse(error_code=E.STALE_BROKER_EPOCH)
+        return self.s.replica_manager.handle_leader_and_isr(request)
+
+    async def UpdateMetadata(self, request: pb.UpdateMetadataRequest, context: Any) -> pb.UpdateMetadataResponse:
+        if request.broker_epoch >= 0 and request.broker_epoch < self.s.broker_epoch:
+            return pb.UpdateMetadataResponse(error_code=E.STALE_BROKER_EPOCH)
+        return self.s.replica_manager.handle_update_metadata(request)
+
+    async def StopReplica(self, request: pb.StopReplicaRequest, context: Any) -> pb.StopReplicaResponse:
+        if request.broker_epoch >= 0 and request.broker_epoch < self.s.broker_epoch:
+            return pb.StopReplicaResponse(error_code=E.STALE_BROKER_EPOCH)
+        return self.s.replica_manager.handle_stop_replica(request)
+
+
+class ControllerApiServicer(pb_grpc.ControllerApiServicer):
+    def __init__(self, server: KafkaServer) -> None:
+        self.s = server
+
+    async def ControlledShutdown(self, request: pb.ControlledShutdownRequest,
+                                 context: Any) -> pb.ControlledShutdownResponse:
+        return await self.s.handle_controlled_shutdown(request)

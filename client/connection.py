@@ -1,0 +1,130 @@
+"""Synchronous gRPC connections to brokers and a metadata view (the client's lowest layer).
+
+``Connection`` wraps one channel with the three service stubs. ``ClusterView``
+bootstraps from any of the given brokers and answers "who leads this
+partition, at which epoch, at which address" - what every client call needs
+before it sends anything (SPEC S5.3: the producer sends only to the leader).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+
+from proto import errors
+from proto import minikafka_pb2 as pb
+from proto import minikafka_pb2_grpc as pb_grpc
+
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+]
+
+
+class Connection:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+        self.api = pb_grpc.KafkaApiStub(self.channel)  # type: ignore[no-untyped-call]
+        self.control = pb_grpc.BrokerControlStub(self.channel)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def parse_bootstrap(servers: str | Iterable[str]) -> list[str]:
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = [s.strip() for s in items if s.strip()]
+    if not out:
+        raise errors.InvalidRequestError("bootstrap servers are empty")
+    for s in out:
+        host, sep, port = s.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise errors.InvalidRequestError(f"bad bootstrap server {s!r}: expected host:port")
+    return out
+
+
+@dataclass(frozen=True)
+class PartitionLeader:
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+class ClusterView:
+    """Metadata from the cluster plus cached connections per broker."""
+
+    def __init__(self, bootstrap_servers: str | Iterable[str], timeout_s: float = 10.0) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.timeout_s = timeout_s
+        self.brokers: dict[int, str] = {}
+        self.controller_id = -1
+        self.controller_epoch = 0
+        self.partitions: dict[tuple[str, int], PartitionLeader] = {}
+        self.topic_errors: dict[str, int] = {}
+        self._conns: dict[str, Connection] = {}
+
+    def connection(self, address: str) -> Connection:
+        conn = self._conns.get(address)
+        if conn is None:
+            conn = self._conns[address] = Connection(address)
+        return conn
+
+    def leader_connection(self, topic: str, partition: int) -> tuple[Connection, PartitionLeader]:
+        pl = self.partitions.get((topic, partition))
+        if pl is None:
+            self.refresh([topic])
+            pl = self.partitions.get((topic, partition))
+        if pl is None:
+            raise errors.UnknownTopicOrPartitionError(f"{topic}-{partition} is not in the cluster metadata")
+        if pl.leader < 0 or pl.leader not in self.brokers:
+            raise errors.LeaderNotAvailableError(f"{topic}-{partition} has no live leader")
+        return self.connection(self.brokers[pl.leader]), pl
+
+    def refresh(self, topics: Iterable[str] | None = None) -> pb.MetadataResponse:
+        req = pb.MetadataRequest(all_topics=topics is None, topics=list(topics or []))
+        last: Exception | None = None
+        candidates = list(dict.fromkeys([*self.brokers.values(), *self.bootstrap]))
+        for address in candidates:
+            try:
+                resp: pb.MetadataResponse = self.connection(address).api.Metadata(req, timeout=self.timeout_s)
+            except grpc.RpcError as e:
+                last = e
+                continue
+            self._apply(resp)
+            return resp
+        raise errors.NetworkError(f"no broker answered metadata ({', '.join(candidates)}): {last}")
+
+    def _apply(self, resp: pb.MetadataResponse) -> None:
+        if resp.brokers:
+            self.brokers = {b.broker_id: f"{b.host}:{b.port}" for b in resp.brokers}
+        self.controller_id = resp.controller_id
+        self.controller_epoch = resp.controller_epoch
+        for t in resp.topics:
+            self.topic_errors[t.name] = t.error_code
+            for p in t.partitions:
+                self.partitions[(t.name, p.partition)] = PartitionLeader(p.leader, p.leader_epoch,
+                                                                         tuple(p.replicas), tuple(p.isr))
+
+    def partitions_of(self, topic: str) -> list[int]:
+        return sorted(p for (t, p) in self.partitions if t == topic)
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            c.close()
+        self._conns.clear()
+
+
+def raise_for(code: int, message: str = "") -> None:
+    """Turn a response error code into the typed error (no-op for NONE)."""
+    if code != 0:
+        raise errors.for_code(code)(message)

@@ -1,0 +1,535 @@
+"""``minikafka cluster ...``: a local ZooKeeper + N brokers as background processes.
+
+Everything lives under one directory (``--dir``, default ``.minikafka``):
+``cluster.json`` (ports, pids), ``zookeeper/`` (zoo.cfg, data, log) and
+``broker-N/`` (server.properties, data, broker.log). Ports are picked free on
+127.0.0.1, so several clusters in different directories run side by side.
+The same launcher starts clusters for the integration tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ZK_JAR = Path("/usr/share/java/zookeeper.jar")
+ZK_CONF_DIR = Path("/etc/zookeeper/conf")
+STATE_FILE = "cluster.json"
+SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP, "CONT": signal.SIGCONT}
+
+
+class ClusterError(Exception):
+    """A cluster command cannot do what was asked; the message says why."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); reap it if it is ours.
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(word.encode())
+        chunks = []
+        while True:
+            data = s.recv(4096)
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks).decode(errors="replace")
+
+
+# ------------------------------------------------------------------ ZooKeeper
+
+
+class ZooKeeperServer:
+    """Debian's ZooKeeper on a loopback port, as a child process."""
+
+    def __init__(self, directory: Path, port: int | None = None, tick_ms: int = 500) -> None:
+        self.dir = directory
+        self.port = port or free_port()
+        self.tick_ms = tick_ms
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pid = -1
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        if not ZK_JAR.exists():
+            raise ClusterError(f"ZooKeeper is not installed ({ZK_JAR} is missing): run `make setup` "
+                               "or `apt-get install zookeeper`")
+        if shutil.which("java") is None:
+            raise ClusterError("java is not on the PATH; ZooKeeper needs Java 17")
+        data = self.dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cfg = self.dir / "zoo.cfg"
+        cfg.write_text("\n".join([
+            f"tickTime={self.tick_ms}",
+            f"dataDir={data}",
+            f"clientPort={self.port}",
+            "clientPortAddress=127.0.0.1",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=*",
+            f"minSessionTimeout={2 * self.tick_ms}",
+            "maxSessionTimeout=60000",
+            "initLimit=10",
+            "syncLimit=5",
+            "",
+        ]))
+        log = open(self.dir / "zookeeper.log", "ab")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false",
+             "-cp", f"{ZK_CONF_DIR}:{ZK_JAR}", "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        self.pid = self.proc.pid
+        self.wait_ready(timeout_s)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise ClusterError(f"ZooKeeper exited with {self.proc.returncode}; see {self.dir / 'zookeeper.log'}")
+            try:
+                if four_letter_word("127.0.0.1", self.port, "ruok") == "imok":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise ClusterError(f"ZooKeeper did not answer on port {self.port} within {timeout_s:.0f}s")
+
+    def stop(self) -> None:
+        stop_pid(self.pid, self.proc)
+
+
+def stop_pid(pid: int, proc: subprocess.Popen[bytes] | None = None, timeout_s: float = 10.0) -> None:
+    if pid <= 0 or not pid_alive(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return
+        if not pid_alive(pid):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if proc is not None:
+        proc.wait(5)
+
+
+# ------------------------------------------------------------------ brokers
+
+
+@dataclass
+class BrokerProc:
+    broker_id: int
+    port: int
+    pid: int = -1
+    config: str = ""
+    log: str = ""
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass
+class ClusterState:
+    dir: str
+    zookeeper_connect: str
+    zookeeper_pid: int = -1
+    zookeeper_dir: str = ""
+    brokers: dict[int, BrokerProc] = field(default_factory=dict)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.address for _, b in sorted(self.brokers.items()))
+
+    def save(self) -> None:
+        path = Path(self.dir) / STATE_FILE
+        data = asdict(self)
+        data["brokers"] = {str(k): asdict(v) for k, v in self.brokers.items()}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, directory: Path) -> ClusterState:
+        path = directory / STATE_FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ClusterError(f"no cluster in {directory} (run `minikafka cluster up --dir {directory}`)") from None
+        brokers = {int(k): BrokerProc(**v) for k, v in data.pop("brokers").items()}
+        return cls(brokers=brokers, **data)
+
+
+class LocalCluster:
+    """ZooKeeper + brokers under one directory. Used by the CLI and by the integration tests."""
+
+    def __init__(self, directory: Path, *, zookeeper: str | None = None,
+                 broker_overrides: dict[str, str] | None = None) -> None:
+        self.dir = directory.resolve()
+        self.external_zk = zookeeper
+        self.overrides = dict(broker_overrides or {})
+        self.zk: ZooKeeperServer | None = None
+        self.state: ClusterState | None = None
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ------------------------------------------------------------ up / down
+
+    def up(self, brokers: int = 3, timeout_s: float = 60.0) -> ClusterState:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if (self.dir / STATE_FILE).exists():
+            old = ClusterState.load(self.dir)
+            if any(pid_alive(b.pid) for b in old.brokers.values()) or pid_alive(old.zookeeper_pid):
+                raise ClusterError(f"a cluster is already running in {self.dir}; `minikafka cluster down` first")
+        if self.external_zk:
+            connect = self.external_zk
+            zk_pid = -1
+        else:
+            self.zk = ZooKeeperServer(self.dir / "zookeeper")
+            self.zk.start()
+            connect, zk_pid = self.zk.connect, self.zk.pid
+        self.state = ClusterState(str(self.dir), connect, zk_pid, str(self.dir / "zookeeper"))
+        for i in range(1, brokers + 1):
+            self.state.brokers[i] = BrokerProc(i, free_port())
+            self._write_config(self.state.brokers[i], brokers)
+        self.state.save()
+        for b in self.state.brokers.values():
+            self._spawn(b)
+        self.state.save()
+        self.wait_registered(set(self.state.brokers), timeout_s)
+        self.wait_for_controller(timeout_s)
+        return self.state
+
+    def _write_config(self, b: BrokerProc, n: int) -> None:
+        bdir = self.dir / f"broker-{b.broker_id}"
+        bdir.mkdir(parents=True, exist_ok=True)
+        assert self.state is not None
+        props = {
+            "broker.id": str(b.broker_id),
+            "listeners": f"PLAINTEXT://127.0.0.1:{b.port}",
+            "zookeeper.connect": self.state.zookeeper_connect,
+            "zookeeper.session.timeout.ms": "6000",
+            "log.dirs": str(bdir / "data"),
+            "num.partitions": "1",
+            "default.replication.factor": str(min(3, n)),
+            "controlled.shutdown.retry.backoff.ms": "500",
+        }
+        props.update(self.overrides)
+        cfg = bdir / "server.properties"
+        cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        b.config = str(cfg)
+        b.log = str(bdir / "broker.log")
+
+    def _spawn(self, b: BrokerProc) -> None:
+        log = open(b.log, "ab")  # noqa: SIM115 - handed to the child
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        proc = subprocess.Popen([sys.executable, "-m", "client.cli", "broker", "--config", b.config],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env, cwd=root)
+        log.close()
+        b.pid = proc.pid
+        self._procs[b.broker_id] = proc
+
+    def down(self, timeout_s: float = 30.0) -> None:
+        state = self.state or ClusterState.load(self.dir)
+        for b in state.brokers.values():
+            if pid_alive(b.pid):
+                os.kill(b.pid, signal.SIGCONT)
+                os.kill(b.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for b in state.brokers.values():
+            while pid_alive(b.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stop_pid(b.pid, self._procs.get(b.broker_id), timeout_s=1)
+        if state.zookeeper_pid > 0:
+            stop_pid(state.zookeeper_pid, self.zk.proc if self.zk else None)
+
+    # ------------------------------------------------------------ single brokers
+
+    def broker(self, broker_id: int) -> BrokerProc:
+        state = self.state or ClusterState.load(self.dir)
+        b = state.brokers.get(broker_id)
+        if b is None:
+            raise ClusterError(f"no broker {broker_id} in this cluster (brokers: {sorted(state.brokers)})")
+        return b
+
+    def signal(self, broker_id: int, sig: str = "KILL") -> None:
+        b = self.broker(broker_id)
+        if sig not in SIGNALS:
+            raise ClusterError(f"unknown signal {sig!r}; use one of {', '.join(SIGNALS)}")
+        if not pid_alive(b.pid):
+            raise ClusterError(f"broker {broker_id} is not running")
+        os.kill(b.pid, SIGNALS[sig])
+        if sig == "KILL":
+            proc = self._procs.get(broker_id)
+            if proc is not None:
+                proc.wait(10)
+
+    def start(self, broker_id: int) -> None:
+        state = self.state or ClusterState.load(self.dir)
+        self.state = state
+        b = self.broker(broker_id)
+        if pid_alive(b.pid):
+            raise ClusterError(f"broker {broker_id} is already running (pid {b.pid})")
+        self._spawn(b)
+        state.save()
+
+    def wait_for_exit(self, broker_id: int, timeout_s: float = 30.0) -> int | None:
+        proc = self._procs.get(broker_id)
+        if proc is None:
+            return None
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    # ------------------------------------------------------------ observing through ZooKeeper
+
+    def _zk_client(self) -> Any:
+        import logging
+
+        from kazoo.client import KazooClient
+
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
+        state = self.state or ClusterState.load(self.dir)
+        zk = KazooClient(hosts=state.zookeeper_connect, timeout=10)
+        zk.start(timeout=10)
+        return zk
+
+    def zk_view(self) -> dict[str, Any]:
+        """Registered brokers, controller id and controller epoch, as ZooKeeper says."""
+        from kazoo.exceptions import NoNodeError
+
+        from proto.zk_data import BrokerIdsZNode, ControllerEpochZNode, ControllerZNode
+
+        zk = self._zk_client()
+        try:
+            registered = sorted(int(c) for c in zk.get_children(BrokerIdsZNode.PATH)) \
+                if zk.exists(BrokerIdsZNode.PATH) else []
+            try:
+                controller = ControllerZNode.decode(zk.get(ControllerZNode.PATH)[0])
+            except NoNodeError:
+                controller = -1
+            try:
+                epoch = ControllerEpochZNode.decode(zk.get(ControllerEpochZNode.PATH)[0])
+            except NoNodeError:
+                epoch = 0
+        finally:
+            zk.stop()
+            zk.close()
+        return {"registered": registered, "controller": controller, "controller_epoch": epoch}
+
+    def wait_registered(self, ids: set[int], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        view: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            view = self.zk_view()
+            if ids <= set(view["registered"]):
+                return
+            for bid in ids:
+                proc = self._procs.get(bid)
+                if proc is not None and proc.poll() is not None:
+                    raise ClusterError(f"broker {bid} exited with {proc.returncode}; see "
+                                       f"{self.broker(bid).log}")
+            time.sleep(0.1)
+        raise ClusterError(f"brokers {sorted(ids)} did not all register within {timeout_s:.0f}s "
+                           f"(registered: {view.get('registered')})")
+
+    def wait_for_controller(self, timeout_s: float = 60.0, other_than: int | None = None,
+                            min_epoch: int = 0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        view: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            view = self.zk_view()
+            c = view["controller"]
+            if c >= 0 and c != other_than and view["controller_epoch"] >= min_epoch:
+                return view
+            time.sleep(0.1)
+        raise ClusterError(f"no controller elected within {timeout_s:.0f}s (last view {view})")
+
+    def status(self) -> dict[str, Any]:
+        state = self.state or ClusterState.load(self.dir)
+        try:
+            view = self.zk_view() if pid_alive(state.zookeeper_pid) or state.zookeeper_pid < 0 else None
+        except Exception:
+            view = None
+        registered = set(view["registered"]) if view else set()
+        return {
+            "dir": state.dir,
+            "zookeeper": {"connect": state.zookeeper_connect, "pid": state.zookeeper_pid,
+                          "alive": view is not None},
+            "controller": view["controller"] if view else -1,
+            "controller_epoch": view["controller_epoch"] if view else 0,
+            "bootstrap_servers": state.bootstrap_servers,
+            "brokers": [{"id": b.broker_id, "address": b.address, "pid": b.pid, "alive": pid_alive(b.pid),
+                         "registered": b.broker_id in registered, "log": b.log}
+                        for _, b in sorted(state.brokers.items())],
+        }
+
+
+# ------------------------------------------------------------------ CLI
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("cluster", help="run a local ZooKeeper + brokers in the background")
+    csub = p.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
+    csub.required = True
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--dir", type=Path, default=Path(".minikafka"), help="cluster directory (.minikafka)")
+
+    up = csub.add_parser("up", help="start ZooKeeper and N brokers, wait for a controller")
+    common(up)
+    up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--zookeeper", default=None, metavar="HOST:PORT", help="use a running ZooKeeper")
+    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker config override")
+    up.set_defaults(func=_cmd_up)
+
+    st = csub.add_parser("status", help="brokers, pids, liveness, controller")
+    common(st)
+    st.add_argument("--output", choices=["table", "json"], default="table")
+    st.set_defaults(func=_cmd_status)
+
+    down = csub.add_parser("down", help="stop every broker (controlled) and ZooKeeper")
+    common(down)
+    down.add_argument("--purge", action="store_true", help="also delete the cluster directory")
+    down.set_defaults(func=_cmd_down)
+
+    kill = csub.add_parser("kill", help="send a signal to one broker")
+    common(kill)
+    kill.add_argument("id", type=int)
+    kill.add_argument("--signal", default="KILL", choices=sorted(SIGNALS))
+    kill.set_defaults(func=_cmd_kill)
+
+    start = csub.add_parser("start", help="start one (stopped) broker again")
+    common(start)
+    start.add_argument("id", type=int)
+    start.set_defaults(func=_cmd_start)
+
+
+def _run(fn: Any) -> int:
+    try:
+        fn()
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    if args.brokers < 1:
+        print("error: --brokers must be at least 1", file=sys.stderr)
+        return 1
+    overrides = {}
+    for item in args.set:
+        k, sep, v = item.partition("=")
+        if not sep:
+            print(f"error: --set expects KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 1
+        overrides[k] = v
+
+    def go() -> None:
+        cluster = LocalCluster(args.dir, zookeeper=args.zookeeper, broker_overrides=overrides)
+        state = cluster.up(args.brokers)
+        view = cluster.zk_view()
+        print(f"ZooKeeper: {state.zookeeper_connect}")
+        for _, b in sorted(state.brokers.items()):
+            print(f"broker {b.broker_id}: {b.address} (pid {b.pid}, log {b.log})")
+        print(f"controller: broker {view['controller']} (controller epoch {view['controller_epoch']})")
+        print(f"bootstrap servers: {state.bootstrap_servers}")
+
+    return _run(go)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    def go() -> None:
+        s = LocalCluster(args.dir).status()
+        if args.output == "json":
+            print(json.dumps(s, indent=2))
+            return
+        print(f"ZooKeeper {s['zookeeper']['connect']} ({'up' if s['zookeeper']['alive'] else 'DOWN'}), "
+              f"controller: {s['controller']}, controller epoch: {s['controller_epoch']}")
+        print(f"{'ID':>3}  {'ADDRESS':<22} {'PID':>8}  {'ALIVE':<6} {'REGISTERED':<10} ROLE")
+        for b in s["brokers"]:
+            role = "controller" if b["id"] == s["controller"] else ""
+            print(f"{b['id']:>3}  {b['address']:<22} {b['pid']:>8}  {str(b['alive']).lower():<6} "
+                  f"{str(b['registered']).lower():<10} {role}")
+
+    return _run(go)
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    def go() -> None:
+        LocalCluster(args.dir).down()
+        if args.purge:
+            shutil.rmtree(args.dir, ignore_errors=True)
+        print("cluster stopped")
+
+    return _run(go)
+
+
+def _cmd_kill(args: argparse.Namespace) -> int:
+    def go() -> None:
+        LocalCluster(args.dir).signal(args.id, args.signal)
+        print(f"sent SIG{args.signal} to broker {args.id}")
+
+    return _run(go)
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    def go() -> None:
+        c = LocalCluster(args.dir)
+        c.start(args.id)
+        c.wait_registered({args.id}, 60)
+        print(f"broker {args.id} started and registered")
+
+    return _run(go)

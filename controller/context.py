@@ -1,0 +1,69 @@
+"""The controller's in-memory view of the cluster (Kafka's ControllerContext).
+
+Only the controller's event thread touches it; it is rebuilt from ZooKeeper
+on every failover.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller.state_machine import PartitionState, ReplicaState
+from proto.zk_data import BrokerRegistration, LeaderIsrAndControllerEpoch
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class ControllerContext:
+    epoch: int = 0
+    epoch_zk_version: int = -1
+    live_brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    shutting_down_broker_ids: set[int] = field(default_factory=set)
+    assignments: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    leadership: dict[TopicPartition, LeaderIsrAndControllerEpoch] = field(default_factory=dict)
+    partition_states: dict[TopicPartition, PartitionState] = field(default_factory=dict)
+    replica_states: dict[tuple[TopicPartition, int], ReplicaState] = field(default_factory=dict)
+    topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    topics_to_be_deleted: set[str] = field(default_factory=set)
+    # Reassignments in progress: partition -> target replicas.
+    reassignments: dict[TopicPartition, list[int]] = field(default_factory=dict)
+
+    @property
+    def live_broker_ids(self) -> set[int]:
+        return set(self.live_brokers)
+
+    @property
+    def live_or_shutting_down_ids(self) -> set[int]:
+        return set(self.live_brokers)
+
+    @property
+    def serving_broker_ids(self) -> set[int]:
+        """Live brokers that may lead: not in a controlled shutdown."""
+        return set(self.live_brokers) - self.shutting_down_broker_ids
+
+    def all_partitions(self) -> list[TopicPartition]:
+        return [(t, p) for t, parts in sorted(self.assignments.items()) for p in sorted(parts)]
+
+    def partitions_of(self, topic: str) -> list[TopicPartition]:
+        return [(topic, p) for p in sorted(self.assignments.get(topic, {}))]
+
+    def replicas(self, tp: TopicPartition) -> list[int]:
+        return self.assignments.get(tp[0], {}).get(tp[1], [])
+
+    def partitions_on_broker(self, broker_id: int) -> list[TopicPartition]:
+        return [tp for tp in self.all_partitions() if broker_id in self.replicas(tp)]
+
+    def partitions_led_by(self, broker_id: int) -> list[TopicPartition]:
+        return [tp for tp, st in self.leadership.items() if st.leader_and_isr.leader == broker_id]
+
+    def remove_topic(self, topic: str) -> None:
+        for tp in self.partitions_of(topic):
+            self.leadership.pop(tp, None)
+            self.partition_states.pop(tp, None)
+            for r in self.replicas(tp):
+                self.replica_states.pop((tp, r), None)
+            self.reassignments.pop(tp, None)
+        self.assignments.pop(topic, None)
+        self.topic_configs.pop(topic, None)
+        self.topics_to_be_deleted.discard(topic)

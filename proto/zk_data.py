@@ -1,0 +1,397 @@
+"""Every ZooKeeper path and JSON schema, in one place (SPEC S10; Kafka's ZkData.scala).
+
+Theory of operation: each znode kind is a small class with ``path(...)`` and,
+where it holds data, ``encode(...)`` / ``decode(bytes)``. Brokers, the
+controller and clients read and write ZooKeeper only through these, so the
+field names match Kafka 0.8-2.x byte for byte and nothing else spells a path.
+Decoders raise ``CorruptZnodeError`` for data that is not what the schema says.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+from proto.errors import KafkaError
+
+
+class CorruptZnodeError(KafkaError):
+    """A znode's data does not follow its schema."""
+
+
+def _json(data: bytes, path: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise CorruptZnodeError(f"{path}: not JSON: {data[:80]!r}") from None
+
+
+def _dump(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+# ------------------------------------------------------------------ brokers
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    host: str
+    port: int
+    timestamp_ms: int
+    rack: str | None = None
+    # The czxid of the ephemeral znode: the broker epoch (KIP-380), not part of the JSON.
+    epoch: int = -1
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class BrokerIdsZNode:
+    PATH: Final = "/brokers/ids"
+
+
+class BrokerIdZNode:
+    @staticmethod
+    def path(broker_id: int) -> str:
+        return f"/brokers/ids/{broker_id}"
+
+    @staticmethod
+    def encode(reg: BrokerRegistration) -> bytes:
+        return _dump({
+            "version": 4,
+            "host": reg.host,
+            "port": reg.port,
+            "jmx_port": -1,
+            "timestamp": str(reg.timestamp_ms),
+            "endpoints": [f"PLAINTEXT://{reg.host}:{reg.port}"],
+            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "rack": reg.rack,
+        })
+
+    @staticmethod
+    def decode(broker_id: int, data: bytes, epoch: int = -1) -> BrokerRegistration:
+        path = BrokerIdZNode.path(broker_id)
+        obj = _json(data, path)
+        try:
+            return BrokerRegistration(broker_id, str(obj["host"]), int(obj["port"]), int(obj["timestamp"]),
+                                      obj.get("rack"), epoch)
+        except (KeyError, TypeError, ValueError):
+            raise CorruptZnodeError(f"{path}: bad broker registration {obj!r}") from None
+
+
+# ------------------------------------------------------------------ topics and partitions
+
+
+class TopicsZNode:
+    PATH: Final = "/brokers/topics"
+
+
+class TopicZNode:
+    """/brokers/topics/[topic]: {"version":1,"partitions":{"0":[3,0,1],...}}"""
+
+    @staticmethod
+    def path(topic: str) -> str:
+        return f"/brokers/topics/{topic}"
+
+    @staticmethod
+    def encode(assignment: dict[int, list[int]]) -> bytes:
+        return _dump({"version": 1, "partitions": {str(p): list(r) for p, r in sorted(assignment.items())}})
+
+    @staticmethod
+    def decode(topic: str, data: bytes) -> dict[int, list[int]]:
+        path = TopicZNode.path(topic)
+        obj = _json(data, path)
+        try:
+            return {int(p): [int(b) for b in replicas] for p, replicas in obj["partitions"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise CorruptZnodeError(f"{path}: bad assignment {obj!r}") from None
+
+
+class TopicPartitionsZNode:
+    @staticmethod
+    def path(topic: str) -> str:
+        return f"/brokers/topics/{topic}/partitions"
+
+
+class TopicPartitionZNode:
+    @staticmethod
+    def path(topic: str, partition: int) -> str:
+        return f"/brokers/topics/{topic}/partitions/{partition}"
+
+
+NO_LEADER: Final = -1
+# Metadata's leader for a partition whose topic is being deleted (Kafka's LeaderDuringDelete).
+LEADER_DURING_DELETE: Final = -2
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsr:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    zk_version: int = -1
+
+    def new_leader_and_isr(self, leader: int, isr: tuple[int, ...]) -> LeaderAndIsr:
+        """A change of leader or ISR: bumps the leader epoch (SPEC S7.1)."""
+        return LeaderAndIsr(leader, self.leader_epoch + 1, isr, self.zk_version)
+
+    def with_zk_version(self, zk_version: int) -> LeaderAndIsr:
+        return LeaderAndIsr(self.leader, self.leader_epoch, self.isr, zk_version)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderIsrAndControllerEpoch:
+    leader_and_isr: LeaderAndIsr
+    controller_epoch: int
+
+
+class TopicPartitionStateZNode:
+    """{"controller_epoch":c,"leader":l,"version":1,"leader_epoch":e,"isr":[...]}"""
+
+    @staticmethod
+    def path(topic: str, partition: int) -> str:
+        return f"/brokers/topics/{topic}/partitions/{partition}/state"
+
+    @staticmethod
+    def encode(state: LeaderIsrAndControllerEpoch) -> bytes:
+        lai = state.leader_and_isr
+        return _dump({"controller_epoch": state.controller_epoch, "leader": lai.leader, "version": 1,
+                      "leader_epoch": lai.leader_epoch, "isr": list(lai.isr)})
+
+    @staticmethod
+    def decode(topic: str, partition: int, data: bytes, zk_version: int) -> LeaderIsrAndControllerEpoch:
+        path = TopicPartitionStateZNode.path(topic, partition)
+        obj = _json(data, path)
+        try:
+            lai = LeaderAndIsr(int(obj["leader"]), int(obj["leader_epoch"]), tuple(int(b) for b in obj["isr"]),
+                               zk_version)
+            return LeaderIsrAndControllerEpoch(lai, int(obj["controller_epoch"]))
+        except (KeyError, TypeError, ValueError):
+            raise CorruptZnodeError(f"{path}: bad partition state {obj!r}") from None
+
+
+# ------------------------------------------------------------------ controller
+
+
+class ControllerZNode:
+    """/controller (ephemeral): {"version":1,"brokerid":N,"timestamp":"ms"}"""
+
+    PATH: Final = "/controller"
+
+    @staticmethod
+    def encode(broker_id: int, timestamp_ms: int) -> bytes:
+        return _dump({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
+
+    @staticmethod
+    def decode(data: bytes) -> int:
+        obj = _json(data, ControllerZNode.PATH)
+        try:
+            return int(obj["brokerid"]) if isinstance(obj, dict) else int(obj)
+        except (KeyError, TypeError, ValueError):
+            raise CorruptZnodeError(f"/controller: bad data {obj!r}") from None
+
+
+class ControllerEpochZNode:
+    """/controller_epoch: a plain integer."""
+
+    PATH: Final = "/controller_epoch"
+
+    @staticmethod
+    def encode(epoch: int) -> bytes:
+        return str(epoch).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> int:
+        try:
+            return int(data.decode())
+        except (UnicodeDecodeError, ValueError):
+            raise CorruptZnodeError(f"/controller_epoch: not an integer: {data!r}") from None
+
+
+# ------------------------------------------------------------------ admin
+
+
+class DeleteTopicsZNode:
+    PATH: Final = "/admin/delete_topics"
+
+    @staticmethod
+    def path(topic: str) -> str:
+        return f"/admin/delete_topics/{topic}"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitionId:
+    topic: str
+    partition: int
+
+
+class PreferredReplicaElectionZNode:
+    """{"version":1,"partitions":[{"topic":"t","partition":0},...]}"""
+
+    PATH: Final = "/admin/preferred_replica_election"
+
+    @staticmethod
+    def encode(partitions: list[TopicPartitionId]) -> bytes:
+        return _dump({"version": 1, "partitions": [{"topic": p.topic, "partition": p.partition}
+                                                   for p in partitions]})
+
+    @staticmethod
+    def decode(data: bytes) -> list[TopicPartitionId]:
+        obj = _json(data, PreferredReplicaElectionZNode.PATH)
+        try:
+            return [TopicPartitionId(str(p["topic"]), int(p["partition"])) for p in obj["partitions"]]
+        except (KeyError, TypeError, ValueError):
+            raise CorruptZnodeError(f"{PreferredReplicaElectionZNode.PATH}: bad data {obj!r}") from None
+
+
+class ReassignPartitionsZNode:
+    """{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3]},...]}"""
+
+    PATH: Final = "/admin/reassign_partitions"
+
+    @staticmethod
+    def encode(reassignment: dict[TopicPartitionId, list[int]]) -> bytes:
+        return _dump({"version": 1, "partitions": [
+            {"topic": tp.topic, "partition": tp.partition, "replicas": list(r)}
+            for tp, r in sorted(reassignment.items(), key=lambda kv: (kv[0].topic, kv[0].partition))]})
+
+    @staticmethod
+    def decode(data: bytes) -> dict[TopicPartitionId, list[int]]:
+        obj = _json(data, ReassignPartitionsZNode.PATH)
+        try:
+            return {TopicPartitionId(str(p["topic"]), int(p["partition"])): [int(b) for b in p["replicas"]]
+                    for p in obj["partitions"]}
+        except (KeyError, TypeError, ValueError):
+            raise CorruptZnodeError(f"{ReassignPartitionsZNode.PATH}: bad data {obj!r}") from None
+
+
+class IsrChangeNotificationZNode:
+    """Sequential znodes a leader writes after changing an ISR, so the controller
+    refreshes metadata: {"version":1,"partitions":[{"topic":..,"partition":..}]}"""
+
+    PATH: Final = "/isr_change_notification"
+    PREFIX: Final = "/isr_change_notification/isr_change_"
+
+    encode = PreferredReplicaElectionZNode.encode
+    decode = PreferredReplicaElectionZNode.decode
+
+
+# ------------------------------------------------------------------ configs
+
+
+class ConfigTopicZNode:
+    """/config/topics/[topic]: {"version":1,"config":{"k":"v"}}"""
+
+    @staticmethod
+    def path(topic: str) -> str:
+        return f"/config/topics/{topic}"
+
+    @staticmethod
+    def encode(config: dict[str, str]) -> bytes:
+        return _dump({"version": 1, "config": dict(sorted(config.items()))})
+
+    @staticmethod
+    def decode(topic: str, data: bytes) -> dict[str, str]:
+        obj = _json(data, ConfigTopicZNode.path(topic))
+        try:
+            return {str(k): str(v) for k, v in obj["config"].items()}
+        except (KeyError, TypeError, AttributeError):
+            raise CorruptZnodeError(f"{ConfigTopicZNode.path(topic)}: bad data {obj!r}") from None
+
+
+class ConfigChangesZNode:
+    """Sequential notifications that a topic's config changed (Kafka's config_change_)."""
+
+    PATH: Final = "/config/changes"
+    PREFIX: Final = "/config/changes/config_change_"
+
+    @staticmethod
+    def encode(topic: str) -> bytes:
+        return _dump({"version": 2, "entity_path": f"topics/{topic}"})
+
+    @staticmethod
+    def decode(data: bytes) -> str:
+        obj = _json(data, ConfigChangesZNode.PATH)
+        try:
+            entity = str(obj["entity_path"])
+        except (KeyError, TypeError):
+            raise CorruptZnodeError(f"{ConfigChangesZNode.PATH}: bad data {obj!r}") from None
+        return entity.split("/", 1)[1] if "/" in entity else entity
+
+
+# ------------------------------------------------------------------ producer ids and cluster id
+
+
+class ProducerIdBlockZNode:
+    """/latest_producer_id_block: {"version":1,"broker":N,"block_start":"s","block_end":"e"}"""
+
+    PATH: Final = "/latest_producer_id_block"
+    BLOCK_SIZE: Final = 1000
+
+    @staticmethod
+    def encode(broker_id: int, start: int, end: int) -> bytes:
+        return _dump({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)})
+
+    @staticmethod
+    def decode(data: bytes) -> tuple[int, int]:
+        obj = _json(data, ProducerIdBlockZNode.PATH)
+        try:
+            return int(obj["block_start"]), int(obj["block_end"])
+        except (KeyError, TypeError, ValueError):
+            raise CorruptZnodeError(f"{ProducerIdBlockZNode.PATH}: bad data {obj!r}") from None
+
+
+class ClusterIdZNode:
+    PATH: Final = "/cluster/id"
+
+    @staticmethod
+    def encode(cluster_id: str) -> bytes:
+        return _dump({"version": "1", "id": cluster_id})
+
+    @staticmethod
+    def decode(data: bytes) -> str:
+        obj = _json(data, ClusterIdZNode.PATH)
+        try:
+            return str(obj["id"])
+        except (KeyError, TypeError):
+            raise CorruptZnodeError(f"{ClusterIdZNode.PATH}: bad data {obj!r}") from None
+
+
+# ------------------------------------------------------------------ consumer groups (seed design, SPEC S11)
+
+
+class ConsumersZNode:
+    PATH: Final = "/consumers"
+
+    @staticmethod
+    def ids(group: str) -> str:
+        return f"/consumers/{group}/ids"
+
+    @staticmethod
+    def member(group: str, consumer_id: str) -> str:
+        return f"/consumers/{group}/ids/{consumer_id}"
+
+    @staticmethod
+    def owner(group: str, topic: str, partition: int) -> str:
+        return f"/consumers/{group}/owners/{topic}/{partition}"
+
+    @staticmethod
+    def offset(group: str, topic: str, partition: int) -> str:
+        return f"/consumers/{group}/offsets/{topic}/{partition}"
+
+
+# Paths the cluster needs before anything runs (Kafka's ZkData.PersistentZkPaths).
+PERSISTENT_PATHS: Final = (
+    "/consumers",
+    BrokerIdsZNode.PATH,
+    TopicsZNode.PATH,
+    "/config/topics",
+    ConfigChangesZNode.PATH,
+    DeleteTopicsZNode.PATH,
+    "/admin",
+    IsrChangeNotificationZNode.PATH,
+    "/cluster",
+)
