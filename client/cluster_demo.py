@@ -14,6 +14,7 @@ from pathlib import Path
 
 from client.connection import ClusterView, raise_for
 from client.local_cluster import ClusterState
+from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Record, decode_batches, encode_batch
 
@@ -55,8 +56,10 @@ def run_cluster_demo(args: argparse.Namespace) -> int:
         fp = f.topics[0].partitions[0]
         raise_for(fp.error_code)
         got = [r.value for r in decode_batches(fp.records)]
-        print(f"consumed {len(got)} records from {args.topic}-{p}: first {got[0]!r}, high watermark "
-              f"{fp.high_watermark}")
+        if got[-len(values):] != values:
+            raise errors.CorruptMessageError(f"{args.topic}-{p}: read back {got[-len(values):]!r}, sent {values!r}")
+        print(f"consumed {len(got)} records from {args.topic}-{p}: the last {len(values)} are the ones just "
+              f"produced; high watermark {fp.high_watermark}")
     view.refresh([args.topic])
     for p in view.partitions_of(args.topic):
         pl = view.partitions[(args.topic, p)]

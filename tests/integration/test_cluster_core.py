@@ -45,7 +45,7 @@ def test_s1_s9_4_topic_creation_writes_s10_znodes_and_deletion_removes_them(clus
     assert json.loads(data) == {"version": 1, "partitions": {str(p): r for p, r in assignment.items()}}
     epoch = ControllerEpochZNode.decode(zk_client.get("/controller_epoch")[0])
     for p, replicas in assignment.items():
-        raw, stat = zk_client.get(TopicPartitionStateZNode.path("orders", p))
+        raw, _stat = zk_client.get(TopicPartitionStateZNode.path("orders", p))
         assert json.loads(raw) == {"controller_epoch": epoch, "leader": replicas[0], "version": 1,
                                    "leader_epoch": 0, "isr": replicas}
     wait_for(lambda: all(leader_of(view, "orders", p)[0] == assignment[p][0] for p in range(5)),

@@ -169,7 +169,7 @@ def test_s8_4_a_no_loss_with_leader_epochs(tmp_path: Path) -> None:
     a, b = _scenario_a(tmp_path / "epochs", use_epochs=True)
     assert _values(a) == _values(b) == [(0, b"m0"), (1, b"m1"), (2, b"m2")]
     # The old rule loses the committed m1 on that same history.
-    a_old, b_old = _scenario_a(tmp_path / "hw", use_epochs=False)
+    _a_old, b_old = _scenario_a(tmp_path / "hw", use_epochs=False)
     assert (1, b"m1") not in _values(b_old)
 
 
