@@ -87,3 +87,8 @@ def leader_of(view: ClusterView, topic: str, partition: int) -> tuple[int, int]:
     view.refresh([topic])
     pl = view.partitions[(topic, partition)]
     return pl.leader, pl.leader_epoch
+
+
+def isr_of(view: ClusterView, topic: str, partition: int) -> tuple[int, ...]:
+    view.refresh([topic])
+    return view.partitions[(topic, partition)].isr

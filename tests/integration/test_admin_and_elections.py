@@ -1,0 +1,101 @@
+"""Topic admin validation, topic configs, preferred replica election and the automatic
+rebalance, and ZooKeeper session expiry (SPEC S1.3, S9.4-S9.6, S10)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import E, batch_of, create_topic, isr_of, leader_of, produce, wait_for
+from kazoo.client import KazooClient
+
+from proto import minikafka_pb2 as pb
+from proto.zk_data import PreferredReplicaElectionZNode, TopicPartitionId
+
+pytestmark = pytest.mark.integration
+
+
+def test_create_topics_validation_uses_kafkas_error_codes(cluster) -> None:  # type: ignore[no-untyped-def]
+    cluster.start(2)
+    view = cluster.view()
+    assert create_topic(view, "bad/name").error_code == E.INVALID_TOPIC_EXCEPTION
+    assert create_topic(view, "x" * 250).error_code == E.INVALID_TOPIC_EXCEPTION
+    assert create_topic(view, "p", partitions=0, replication_factor=1).error_code == E.NONE  # 0: broker default
+    assert create_topic(view, "p", partitions=1).error_code == E.TOPIC_ALREADY_EXISTS
+    res = create_topic(view, "rf", partitions=1, replication_factor=3)
+    assert res.error_code == E.INVALID_REPLICATION_FACTOR and "live brokers" in res.error_message  # S1.3
+    assert create_topic(view, "neg", partitions=-5, replication_factor=1).error_code == E.INVALID_PARTITIONS
+    assert create_topic(view, "cfg", configs={"no.such": "1"}).error_code == E.INVALID_CONFIG
+    assert create_topic(view, "cfg", configs={"retention.ms": "soon"}).error_code == E.INVALID_CONFIG
+
+
+def test_topic_config_overrides_are_stored_and_enforced(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
+    cluster.start(1)
+    view = cluster.view()
+    res = create_topic(view, "small", configs={"max.message.bytes": "300", "segment.bytes": "4096"})
+    assert res.error_code == E.NONE, res.error_message
+    assert json.loads(zk_client.get("/config/topics/small")[0]) == {
+        "version": 1, "config": {"max.message.bytes": "300", "segment.bytes": "4096"}}
+    wait_for(lambda: leader_of(view, "small", 0)[0] >= 0)
+    conn, _ = view.leader_connection("small", 0)
+    assert produce(conn, "small", 0, batch_of(["x" * 400])).error_code == E.MESSAGE_TOO_LARGE
+    assert produce(conn, "small", 0, batch_of(["ok"])).error_code == E.NONE
+    desc = conn.api.DescribeConfigs(pb.DescribeConfigsRequest(resources=[pb.DescribeConfigsResource(
+        resource_type=pb.ConfigResourceType.TOPIC, resource_name="small")]), timeout=5)
+    entries = {c.name: c for c in desc.results[0].configs}
+    assert entries["max.message.bytes"].value == "300" and not entries["max.message.bytes"].is_default
+    assert entries["retention.ms"].is_default
+    alter = conn.api.AlterConfigs(pb.AlterConfigsRequest(resources=[pb.AlterConfigsResource(
+        resource_type=pb.ConfigResourceType.TOPIC, resource_name="small",
+        configs=[pb.AlterableConfig(name="max.message.bytes", value="1000")])]), timeout=5)
+    assert alter.responses[0].error_code == E.NONE
+    wait_for(lambda: produce(conn, "small", 0, batch_of(["x" * 400])).error_code == E.NONE,
+             what="the altered config to reach the broker")
+
+
+def test_s9_6_preferred_replica_election_via_znode(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
+    c = cluster.start(2)
+    view = cluster.view()
+    assert create_topic(view, "pref", partitions=1, replication_factor=2).error_code == E.NONE
+    preferred, epoch = wait_for(lambda: (lambda le: le if le[0] >= 0 else None)(leader_of(view, "pref", 0)))
+    other = 2 if preferred == 1 else 1
+    # Bounce the preferred leader: the other replica takes over.
+    c.signal(preferred, "KILL")
+    wait_for(lambda: leader_of(view, "pref", 0)[0] == other, timeout_s=20, what="failover")
+    c.start(preferred)
+    wait_for(lambda: preferred in isr_of(view, "pref", 0), timeout_s=20, what="preferred replica back in ISR")
+    zk_client.create(PreferredReplicaElectionZNode.PATH,
+                     PreferredReplicaElectionZNode.encode([TopicPartitionId("pref", 0)]))
+    leader, new_epoch = wait_for(lambda: (lambda le: le if le[0] == preferred else None)(leader_of(view, "pref", 0)),
+                                 timeout_s=20, what="preferred replica leads again")
+    assert new_epoch >= epoch + 2
+    wait_for(lambda: zk_client.exists(PreferredReplicaElectionZNode.PATH) is None,
+             what="the request znode removed when done")
+
+
+def test_automatic_leader_rebalance(cluster) -> None:  # type: ignore[no-untyped-def]
+    c = cluster.start(2, leader_imbalance_check_interval_seconds="1")
+    view = cluster.view()
+    assert create_topic(view, "auto", partitions=2, replication_factor=2).error_code == E.NONE
+    wait_for(lambda: all(leader_of(view, "auto", p)[0] >= 0 for p in range(2)))
+    preferred = {p: view.partitions[("auto", p)].replicas[0] for p in range(2)}
+    c.signal(1, "KILL")
+    wait_for(lambda: all(leader_of(view, "auto", p)[0] == 2 for p in range(2)), timeout_s=20)
+    c.start(1)
+    wait_for(lambda: all(leader_of(view, "auto", p)[0] == preferred[p] for p in range(2)), timeout_s=30,
+             what="the automatic rebalance to restore preferred leaders")
+
+
+def test_session_expiry_re_registers_and_rejoins(cluster) -> None:  # type: ignore[no-untyped-def]
+    c = cluster.start(2)
+    view = cluster.view()
+    assert create_topic(view, "exp", partitions=1, replication_factor=2).error_code == E.NONE
+    wait_for(lambda: leader_of(view, "exp", 0)[0] >= 0)
+    follower = [r for r in view.partitions[("exp", 0)].replicas if r != view.partitions[("exp", 0)].leader][0]
+    c.signal(follower, "STOP")
+    wait_for(lambda: follower not in c.zk_view()["registered"], timeout_s=20, what="session expiry")
+    c.signal(follower, "CONT")
+    wait_for(lambda: follower in c.zk_view()["registered"], timeout_s=20, what="re-registration")
+    conn, _ = view.leader_connection("exp", 0)
+    assert produce(conn, "exp", 0, batch_of(["after"])).error_code == E.NONE
+    wait_for(lambda: follower in isr_of(view, "exp", 0), timeout_s=20, what="the follower back in the ISR")
