@@ -66,7 +66,7 @@ def test_s9_6_preferred_replica_election_via_znode(cluster, zk_client: KazooClie
     wait_for(lambda: preferred in isr_of(view, "pref", 0), timeout_s=20, what="preferred replica back in ISR")
     zk_client.create(PreferredReplicaElectionZNode.PATH,
                      PreferredReplicaElectionZNode.encode([TopicPartitionId("pref", 0)]))
-    leader, new_epoch = wait_for(lambda: (lambda le: le if le[0] == preferred else None)(leader_of(view, "pref", 0)),
+    _leader, new_epoch = wait_for(lambda: (lambda le: le if le[0] == preferred else None)(leader_of(view, "pref", 0)),
                                  timeout_s=20, what="preferred replica leads again")
     assert new_epoch >= epoch + 2
     wait_for(lambda: zk_client.exists(PreferredReplicaElectionZNode.PATH) is None,
@@ -91,7 +91,7 @@ def test_session_expiry_re_registers_and_rejoins(cluster) -> None:  # type: igno
     view = cluster.view()
     assert create_topic(view, "exp", partitions=1, replication_factor=2).error_code == E.NONE
     wait_for(lambda: leader_of(view, "exp", 0)[0] >= 0)
-    follower = [r for r in view.partitions[("exp", 0)].replicas if r != view.partitions[("exp", 0)].leader][0]
+    follower = next(r for r in view.partitions[("exp", 0)].replicas if r != view.partitions[("exp", 0)].leader)
     c.signal(follower, "STOP")
     wait_for(lambda: follower not in c.zk_view()["registered"], timeout_s=20, what="session expiry")
     c.signal(follower, "CONT")
