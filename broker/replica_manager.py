@@ -324,7 +324,8 @@ class ReplicaManager:
                 p = self.partitions.get((td.name, fp.partition))
                 if p is None or p.leader_state is None:
                     continue
-                if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != p.leader_epoch:
+                epoch = _epoch_of(fp)
+                if epoch >= 0 and epoch != p.leader_epoch:
                     continue
                 moved, expand = p.leader_state.on_follower_fetch(req.replica_id, fp.fetch_offset, t, lag)
                 if moved:
@@ -344,7 +345,7 @@ class ReplicaManager:
                                        log_start_offset=-1, log_end_offset=-1)
                 try:
                     p = self._leader_partition(td.name, fp.partition)
-                    self._check_leader_epoch(p, fp.current_leader_epoch)
+                    self._check_leader_epoch(p, _epoch_of(fp))
                     lg = p.log
                     pr.leader_epoch = p.leader_epoch
                     pr.high_watermark = lg.high_watermark
@@ -385,7 +386,7 @@ class ReplicaManager:
                 pr = tr.partitions.add(partition=lp.partition, timestamp=-1, offset=-1, leader_epoch=-1)
                 try:
                     p = self._leader_partition(td.name, lp.partition)
-                    self._check_leader_epoch(p, lp.current_leader_epoch)
+                    self._check_leader_epoch(p, _epoch_of(lp))
                     lg = p.log
                     bound = lg.log_end_offset if req.replica_id >= 0 else lg.high_watermark
                     pr.leader_epoch = p.leader_epoch
@@ -413,7 +414,7 @@ class ReplicaManager:
                 pr = tr.partitions.add(partition=op.partition, leader_epoch=-1, end_offset=-1)
                 try:
                     p = self._leader_partition(td.topic, op.partition)
-                    self._check_leader_epoch(p, op.current_leader_epoch)
+                    self._check_leader_epoch(p, _epoch_of(op))
                     epoch, end = p.log.end_offset_for_epoch(op.leader_epoch)
                     pr.leader_epoch, pr.end_offset = epoch, end
                 except errors.KafkaError as e:
@@ -485,6 +486,11 @@ class ReplicaManager:
 
     def leader_count(self) -> int:
         return sum(1 for p in self.partitions.values() if p.is_leader)
+
+
+def _epoch_of(part: pb.FetchPartition | pb.ListOffsetsPartition | pb.OffsetForLeaderPartition) -> int:
+    """The request's current_leader_epoch; -1 (unknown, not checked) when unset."""
+    return part.current_leader_epoch if part.HasField("current_leader_epoch") else -1
 
 
 class FetcherManagerProtocol:

@@ -29,17 +29,20 @@ from __future__ import annotations
 import bisect
 import shutil
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from broker.log.checkpoint import LEADER_EPOCH_CHECKPOINT, read_epoch_entries, write_epoch_entries
 from broker.log.config import LogConfig
 from broker.log.epoch_cache import LeaderEpochCache
+from broker.log.producer_state import ProducerStateManager
 from broker.log.segment import LOG_SUFFIX, LogSegment
 from proto.errors import (
     InvalidRequestError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceNumberError,
     RecordListTooLargeError,
 )
 from proto.record_batch import (
@@ -48,14 +51,17 @@ from proto.record_batch import (
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     BatchesInfo,
+    BatchHeader,
     Record,
     crc32c,
+    read_header,
     stamp_prefix,
     validate_batches,
 )
 
 _BASE_OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
+_PRODUCER_ID_OFFSET = 43
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,8 @@ class LogAppendInfo:
     batch_count: int
     valid_bytes: int
     log_start_offset: int
+    # A retried idempotent batch that was already appended: nothing was written now.
+    duplicate: bool = False
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
@@ -97,6 +105,9 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = 0
         self.recovered_bytes_truncated = 0
+        # Idempotent producers' state, derived from batch headers; rebuilt lazily after
+        # a restart or a truncation.
+        self._producer_state: ProducerStateManager | None = None
 
     # ------------------------------------------------------------ opening
 
@@ -183,6 +194,12 @@ class Log:
         nothing is written unless every batch checks out."""
         info = validate_batches(records, max_batch_bytes=self.config.max_message_bytes)
         self._check_fits(len(records))
+        idempotent = [(pos, read_header(records, pos)) for pos, _size, _span in info.spans
+                      if _BASE_OFFSET.unpack_from(records, pos + _PRODUCER_ID_OFFSET)[0] >= 0]
+        if idempotent:
+            dup = self._check_producer_state(idempotent, info)
+            if dup is not None:
+                return dup
         if leader_epoch >= 0 and self.epoch_cache.assign(leader_epoch, self.log_end_offset):
             self._checkpoint_epochs()
         append_time = -1
@@ -198,8 +215,44 @@ class Log:
             pieces.append(mv[pos + 16:pos + size])
             offset += span
         max_ts = append_time if append_time >= 0 else info.max_timestamp
-        return self._write(first, offset, pieces, len(records), info, max_ts,
-                           first + info.shallow_offset_of_max_timestamp, append_time, now_ms)
+        result = self._write(first, offset, pieces, len(records), info, max_ts,
+                             first + info.shallow_offset_of_max_timestamp, append_time, now_ms)
+        if idempotent and self._producer_state is not None:
+            offsets = _batch_offsets(first, info)
+            for pos, header in idempotent:
+                self._producer_state.update(header, offsets[pos])
+        return result
+
+    def _check_producer_state(self, idempotent: list[tuple[int, BatchHeader]],
+                              info: BatchesInfo) -> LogAppendInfo | None:
+        """KIP-98 on the leader: a retried batch gets its original offsets back (nothing written);
+        a gap or an old epoch is refused before anything is written."""
+        state = self.producer_state
+        for _pos, header in idempotent:
+            dup = state.check(header, log_was_trimmed=self.log_start_offset > 0)
+            if dup is None:
+                continue
+            if info.batch_count != 1:
+                raise OutOfOrderSequenceNumberError(
+                    "a retried idempotent batch must be sent on its own, not with other batches")
+            return LogAppendInfo(dup.first_offset, dup.last_offset, header.max_timestamp, dup.last_offset, -1,
+                                 info.record_count, 1, 0, self.log_start_offset, duplicate=True)
+        return None
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        if self._producer_state is None:
+            state = ProducerStateManager()
+            state.rebuild(self.iter_batch_headers())
+            self._producer_state = state
+        return self._producer_state
+
+    def iter_batch_headers(self) -> Iterator[BatchHeader]:
+        """Every batch header from the log start on, in offset order (record bodies are not read)."""
+        for seg in list(self._segments):
+            for header in seg.iter_headers():
+                if header.next_offset > self.log_start_offset:
+                    yield header
 
     def append_as_follower(self, records: bytes, now_ms: int) -> LogAppendInfo:
         """Append the leader's batches as they are; they must continue this log."""
@@ -220,8 +273,14 @@ class Log:
             expected = base + span
         if changed:
             self._checkpoint_epochs()
-        return self._write(first, expected, [records], len(records), info, info.max_timestamp,
-                           first + info.shallow_offset_of_max_timestamp, -1, now_ms)
+        result = self._write(first, expected, [records], len(records), info, info.max_timestamp,
+                             first + info.shallow_offset_of_max_timestamp, -1, now_ms)
+        if self._producer_state is not None:
+            for pos, _size, _span in info.spans:
+                if _BASE_OFFSET.unpack_from(records, pos + _PRODUCER_ID_OFFSET)[0] >= 0:
+                    header = read_header(records, pos)
+                    self._producer_state.update(header, header.base_offset)
+        return result
 
     def _check_fits(self, nbytes: int) -> None:
         if nbytes > self.config.segment_bytes:
@@ -350,6 +409,7 @@ class Log:
         self._after_truncation()
 
     def _after_truncation(self) -> None:
+        self._producer_state = None  # derived from the log: rebuilt from what remains when needed
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(max(self.recovery_point, self.log_start_offset), self.log_end_offset)
@@ -424,6 +484,16 @@ class Log:
         for seg in self._segments:
             seg.delete()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _batch_offsets(first: int, info: BatchesInfo) -> dict[int, int]:
+    """Position of each batch in the request -> the base offset it was given."""
+    out = {}
+    offset = first
+    for pos, _size, span in info.spans:
+        out[pos] = offset
+        offset += span
+    return out
 
 
 def _with_log_append_time(records: bytes, info: BatchesInfo, now_ms: int) -> bytearray:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -28,9 +28,11 @@ from proto.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
+    BatchHeader,
     Record,
     crc32c,
     decode_batch,
+    read_header,
 )
 
 # base_offset, batch_length, partition_leader_epoch, magic, crc, attributes, last_offset_delta
@@ -263,6 +265,14 @@ class LogSegment:
             if q == 0:
                 return p
             p += q
+
+    def iter_headers(self) -> Iterator[BatchHeader]:
+        """Every batch header in the segment, read with one pread per header."""
+        pos = 0
+        while pos + HEADER_SIZE <= self.size:
+            header = read_header(os.pread(self._fd, HEADER_SIZE, pos))
+            yield header
+            pos += header.size
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> Record | None:
         """The first record at or after ``start_offset`` with timestamp >= ``timestamp``."""

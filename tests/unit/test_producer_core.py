@@ -1,0 +1,70 @@
+"""Producer pieces without a cluster: Kafka's murmur2 partitioning (S5.3), sticky partitioning,
+and the batch-shared futures behaving as concurrent.futures.Future."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import random
+import threading
+
+import pytest
+
+from client.partitioner import StickyPartitioner, murmur2, partition_for_key
+from client.producer import FutureRecordMetadata, ProducerBatch, RecordMetadata
+
+# Kafka's UtilsTest.testMurmur2 vectors.
+KAFKA_MURMUR2 = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+def test_murmur2_matches_kafka() -> None:
+    for key, expected in KAFKA_MURMUR2.items():
+        assert murmur2(key) == expected
+    # DefaultPartitioner: toPositive(murmur2(key)) % numPartitions
+    assert partition_for_key(b"foobar", 7) == (-790332482 & 0x7FFFFFFF) % 7
+    assert murmur2(b"") == 275646681
+
+
+def test_sticky_partitioner_moves_on_only_for_a_new_batch() -> None:
+    sp = StickyPartitioner(random.Random(1))
+    p = sp.partition("t", 6)
+    assert all(sp.partition("t", 6) == p for _ in range(10))
+    q = sp.on_new_batch("t", 6, p)
+    assert q != p and sp.partition("t", 6) == q
+    assert sp.on_new_batch("one", 1, 0) == 0
+
+
+def test_batch_futures_are_concurrent_futures() -> None:
+    batch = ProducerBatch("t", 3, now=0.0, deadline=1e9)
+    futs = [batch.append(None, f"v{i}".encode(), (), 1000 + i) for i in range(3)]
+    assert all(isinstance(f, cf.Future) and isinstance(f, FutureRecordMetadata) for f in futs)
+    assert not futs[0].done()
+    with pytest.raises(TimeoutError):
+        futs[0].result(timeout=0.01)
+    seen: list[RecordMetadata] = []
+    futs[1].add_done_callback(lambda f: seen.append(f.result()))
+    waiter = threading.Thread(target=lambda: cf.wait(futs, timeout=5))
+    waiter.start()
+    threading.Timer(0.05, lambda: batch.result.complete(100, None)).start()
+    done, not_done = cf.wait(futs, timeout=5)
+    waiter.join(5)
+    assert len(done) == 3 and not not_done
+    assert [f.result() for f in futs] == [RecordMetadata("t", 3, 100 + i, 1000 + i) for i in range(3)]
+    assert seen == [RecordMetadata("t", 3, 101, 1001)]
+    assert list(cf.as_completed(futs, timeout=1))
+
+
+def test_a_failed_batch_fails_every_record() -> None:
+    batch = ProducerBatch("t", 0, now=0.0, deadline=1e9)
+    futs = [batch.append(b"k", b"v", (), 1) for _ in range(2)]
+    batch.result.complete(-1, RuntimeError("boom"))
+    for f in futs:
+        assert isinstance(f.exception(), RuntimeError)
+        with pytest.raises(RuntimeError):
+            f.result()
