@@ -31,6 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 import grpc
@@ -90,6 +91,10 @@ class _BatchResult:
                 cb()
             except Exception:
                 log.exception("exception in a producer callback")
+
+
+def _call(fn: Callable[[Any], object], arg: Any) -> None:
+    fn(arg)
 
 
 class FutureRecordMetadata(concurrent.futures.Future):  # type: ignore[type-arg]
@@ -160,7 +165,7 @@ class FutureRecordMetadata(concurrent.futures.Future):  # type: ignore[type-arg]
         r = self._mk_result
         with r._condition:
             if not r.done:
-                r.callbacks.append(lambda: None if fn(self) else None)
+                r.callbacks.append(partial(_call, fn, self))
                 return
         fn(self)
 
