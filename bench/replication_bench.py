@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +59,13 @@ def run(bootstrap: str, topic: str, acks: str | int, records: int, args: argpars
         producer.flush()
         perf = time.perf_counter
         start = perf()
+        def done_since(t0: float) -> Callable[[Any], None]:
+            return lambda _f: latencies.append(perf() - t0)
+
         for i in range(records):
             fut = producer.send(topic, VALUE)
             if i % SAMPLE_EVERY == 0:
-                t0 = perf()
-                fut.add_done_callback(lambda _f, t0=t0: latencies.append(perf() - t0))
+                fut.add_done_callback(done_since(perf()))
         producer.flush()
         elapsed = perf() - start
     finally:
