@@ -224,7 +224,7 @@ class KafkaServer:
                 except errors.KafkaError as e:
                     tm.error_code = e.wire_code
                     continue
-                if self.config.auto_create_topics_enable and not req.all_topics:
+                if self.config.auto_create_topics_enable and req.allow_auto_topic_creation and not req.all_topics:
                     await self.admin.auto_create(name)
                     tm.error_code = E.LEADER_NOT_AVAILABLE
                 else:

@@ -11,6 +11,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+import grpc
+
 from proto.errors import KafkaError
 
 
@@ -20,10 +22,11 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     from broker import main as broker_main
-    from client import local_cluster, storage_demo
+    from client import local_cluster, storage_demo, tools
 
     broker_main.add_parser(sub)
     local_cluster.add_parser(sub)
+    tools.add_parsers(sub)
     storage_demo.add_parser(sub)
     return parser
 
@@ -34,6 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc: int = args.func(args)
     except KafkaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except grpc.RpcError as e:
+        print(f"error: cannot reach the broker: {e.code().name}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

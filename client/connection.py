@@ -90,8 +90,9 @@ class ClusterView:
             raise errors.LeaderNotAvailableError(f"{topic}-{partition} has no live leader")
         return self.connection(self.brokers[pl.leader]), pl
 
-    def refresh(self, topics: Iterable[str] | None = None) -> pb.MetadataResponse:
-        req = pb.MetadataRequest(all_topics=topics is None, topics=list(topics or []))
+    def refresh(self, topics: Iterable[str] | None = None, allow_auto_create: bool = False) -> pb.MetadataResponse:
+        req = pb.MetadataRequest(all_topics=topics is None, topics=list(topics or []),
+                                 allow_auto_topic_creation=allow_auto_create)
         last: Exception | None = None
         candidates = list(dict.fromkeys([*self.brokers.values(), *self.bootstrap]))
         for address in candidates:

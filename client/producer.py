@@ -381,7 +381,7 @@ class Producer:
 
     def _refresh_metadata_sync(self, topics: list[str] | None) -> None:
         with self._view_lock:
-            self._view.refresh(topics)
+            self._view.refresh(topics, allow_auto_create=True)
             counts: dict[str, int] = {}
             for (t, _p) in self._view.partitions:
                 counts[t] = counts.get(t, 0) + 1

@@ -159,12 +159,14 @@ class BrokerEndpoint(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class MetadataRequest(_message.Message):
-    __slots__ = ("topics", "all_topics")
+    __slots__ = ("topics", "all_topics", "allow_auto_topic_creation")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     ALL_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_AUTO_TOPIC_CREATION_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
     all_topics: bool
-    def __init__(self, topics: _Optional[_Iterable[str]] = ..., all_topics: _Optional[bool] = ...) -> None: ...
+    allow_auto_topic_creation: bool
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., all_topics: _Optional[bool] = ..., allow_auto_topic_creation: _Optional[bool] = ...) -> None: ...
 
 class PartitionMetadata(_message.Message):
     __slots__ = ("error_code", "partition", "leader", "leader_epoch", "replicas", "isr", "offline_replicas")

@@ -1,0 +1,274 @@
+"""AdminClient: topics, configs, cluster, consumer groups, leader election, reassignment.
+
+Topic and config operations go to brokers over gRPC (CreateTopics,
+DeleteTopics, DescribeConfigs, AlterConfigs, Metadata, ListOffsets). Consumer
+groups live in ZooKeeper (SPEC S10/S11), as do the admin requests the
+controller watches (/admin/preferred_replica_election,
+/admin/reassign_partitions), so those need ``zookeeper_connect``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from client.connection import ClusterView, raise_for
+from client.consumer import TopicPartition
+from proto import errors
+from proto import minikafka_pb2 as pb
+from proto.zk_data import (
+    ConsumersZNode,
+    PreferredReplicaElectionZNode,
+    ReassignPartitionsZNode,
+    TopicPartitionId,
+)
+
+E = pb.ErrorCode
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+    high_watermark: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    partitions: list[PartitionDescription]
+    configs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class GroupPartition:
+    topic: str
+    partition: int
+    current_offset: int | None
+    log_end_offset: int
+    lag: int | None
+    owner: str | None
+
+
+class AdminClient:
+    def __init__(self, bootstrap_servers: str | Sequence[str], zookeeper_connect: str | None = None,
+                 request_timeout_ms: int = 30000) -> None:
+        self.view = ClusterView(bootstrap_servers, timeout_s=request_timeout_ms / 1000.0)
+        self.timeout_s = request_timeout_ms / 1000.0
+        self.zookeeper_connect = zookeeper_connect
+        self._zk: KazooClient | None = None
+
+    def close(self) -> None:
+        self.view.close()
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _any(self) -> Any:
+        if not self.view.brokers:
+            self.view.refresh([])
+        address = next(iter(self.view.brokers.values()), self.view.bootstrap[0])
+        return self.view.connection(address).api
+
+    # ------------------------------------------------------------ topics
+
+    def create_topics(self, topics: Sequence[NewTopic], validate_only: bool = False) -> None:
+        req = pb.CreateTopicsRequest(timeout_ms=int(self.timeout_s * 1000), validate_only=validate_only)
+        for t in topics:
+            req.topics.add(name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+                           configs=t.configs)
+        resp = self._any().CreateTopics(req, timeout=self.timeout_s + 5)
+        for r in resp.topics:
+            raise_for(r.error_code, r.error_message or f"topic {r.name}")
+
+    def delete_topics(self, names: Sequence[str]) -> None:
+        resp = self._any().DeleteTopics(pb.DeleteTopicsRequest(topic_names=list(names),
+                                                               timeout_ms=int(self.timeout_s * 1000)),
+                                        timeout=self.timeout_s + 5)
+        for r in resp.responses:
+            raise_for(r.error_code, r.error_message or f"topic {r.name}")
+
+    def list_topics(self) -> list[str]:
+        resp = self.view.refresh(None)
+        return sorted(t.name for t in resp.topics)
+
+    def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        resp = self.view.refresh(list(names) if names else None)
+        out = []
+        for t in sorted(resp.topics, key=lambda t: t.name):
+            if t.error_code not in (E.NONE, E.LEADER_NOT_AVAILABLE) or not t.partitions:
+                raise_for(t.error_code or E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {t.name!r}")
+            offsets = self._offsets(t.name, [p.partition for p in t.partitions])
+            parts = [PartitionDescription(p.partition, p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr),
+                                          tuple(p.offline_replicas), *offsets.get(p.partition, (-1, -1)))
+                     for p in sorted(t.partitions, key=lambda p: p.partition)]
+            out.append(TopicDescription(t.name, parts, self.describe_topic_configs(t.name, only_overrides=True)))
+        return out
+
+    def _offsets(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        """partition -> (high watermark, log start offset), asked of each leader."""
+        out: dict[int, tuple[int, int]] = {}
+        for p in partitions:
+            try:
+                conn, _pl = self.view.leader_connection(topic, p)
+                resp = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[pb.ListOffsetsTopic(
+                    name=topic, partitions=[pb.ListOffsetsPartition(partition=p, timestamp=-1),
+                                            pb.ListOffsetsPartition(partition=p, timestamp=-2)])]),
+                    timeout=self.timeout_s)
+                latest, earliest = resp.topics[0].partitions
+                out[p] = (latest.offset, earliest.offset)
+            except (errors.KafkaError, Exception):
+                out[p] = (-1, -1)
+        return out
+
+    def describe_topic_configs(self, topic: str, only_overrides: bool = False) -> dict[str, str]:
+        resp = self._any().DescribeConfigs(pb.DescribeConfigsRequest(resources=[pb.DescribeConfigsResource(
+            resource_type=pb.ConfigResourceType.TOPIC, resource_name=topic)]), timeout=self.timeout_s)
+        r = resp.results[0]
+        raise_for(r.error_code, r.error_message)
+        return {c.name: c.value for c in r.configs if not (only_overrides and c.is_default)}
+
+    def alter_topic_configs(self, topic: str, set_configs: dict[str, str] | None = None,
+                            delete_configs: Sequence[str] = ()) -> None:
+        res = pb.AlterConfigsResource(resource_type=pb.ConfigResourceType.TOPIC, resource_name=topic)
+        for k, v in (set_configs or {}).items():
+            res.configs.add(name=k, value=v, op=pb.AlterConfigOp.SET)
+        for k in delete_configs:
+            res.configs.add(name=k, op=pb.AlterConfigOp.DELETE)
+        resp = self._any().AlterConfigs(pb.AlterConfigsRequest(resources=[res]), timeout=self.timeout_s)
+        raise_for(resp.responses[0].error_code, resp.responses[0].error_message)
+
+    def describe_cluster(self) -> dict[str, object]:
+        resp = self.view.refresh([])
+        return {"cluster_id": resp.cluster_id, "controller": resp.controller_id,
+                "controller_epoch": resp.controller_epoch,
+                "brokers": [{"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
+                            for b in sorted(resp.brokers, key=lambda b: b.broker_id)]}
+
+    # ------------------------------------------------------------ ZooKeeper-side operations
+
+    def _zk_client(self) -> KazooClient:
+        if self._zk is None:
+            if not self.zookeeper_connect:
+                raise errors.InvalidRequestError("this operation needs --zookeeper (groups and admin requests "
+                                                 "live in ZooKeeper)")
+            logging.getLogger("kazoo").setLevel(logging.ERROR)
+            self._zk = KazooClient(hosts=self.zookeeper_connect, timeout=10)
+            self._zk.start(timeout=self.timeout_s)
+        return self._zk
+
+    def elect_preferred_leaders(self, partitions: Sequence[TopicPartition]) -> None:
+        zk = self._zk_client()
+        data = PreferredReplicaElectionZNode.encode([TopicPartitionId(t, p) for t, p in partitions])
+        try:
+            zk.create(PreferredReplicaElectionZNode.PATH, data, makepath=True)
+        except NodeExistsError:
+            raise errors.PreferredLeaderNotAvailableError("a preferred replica election is already running") from None
+
+    def reassign_partitions(self, reassignment: dict[TopicPartition, list[int]]) -> None:
+        zk = self._zk_client()
+        data = ReassignPartitionsZNode.encode({TopicPartitionId(t, p): r for (t, p), r in reassignment.items()})
+        try:
+            zk.create(ReassignPartitionsZNode.PATH, data, makepath=True)
+        except NodeExistsError:
+            raise errors.ReassignmentInProgressError("a reassignment is already in progress") from None
+
+    def reassignment_in_progress(self) -> bool:
+        return self._zk_client().exists(ReassignPartitionsZNode.PATH) is not None
+
+    def list_groups(self) -> list[str]:
+        zk = self._zk_client()
+        try:
+            return sorted(zk.get_children(ConsumersZNode.PATH))
+        except NoNodeError:
+            return []
+
+    def describe_group(self, group: str) -> list[GroupPartition]:
+        zk = self._zk_client()
+        base = f"{ConsumersZNode.PATH}/{group}"
+        if not zk.exists(base):
+            raise errors.GroupIdNotFoundError(f"group {group!r} does not exist")
+        topics: set[str] = set()
+        for sub in ("offsets", "owners"):
+            if zk.exists(f"{base}/{sub}"):
+                topics.update(zk.get_children(f"{base}/{sub}"))
+        out = []
+        for topic in sorted(topics):
+            self.view.refresh([topic])
+            parts = self.view.partitions_of(topic)
+            offsets = self._offsets(topic, parts)
+            for p in parts:
+                try:
+                    current: int | None = int(zk.get(ConsumersZNode.offset(group, topic, p))[0].decode())
+                except (NoNodeError, ValueError):
+                    current = None
+                try:
+                    owner: str | None = zk.get(ConsumersZNode.owner(group, topic, p))[0].decode()
+                except NoNodeError:
+                    owner = None
+                leo = offsets.get(p, (-1, -1))[0]
+                lag = leo - current if current is not None and leo >= 0 else None
+                out.append(GroupPartition(topic, p, current, leo, lag, owner))
+        return out
+
+    def reset_group_offsets(self, group: str, topic: str, to: str, value: int | None = None,
+                            execute: bool = False) -> dict[TopicPartition, int]:
+        """to: earliest | latest | offset | timestamp. A dry run unless ``execute``; refused while
+        the group has live members (as kafka-consumer-groups does)."""
+        zk = self._zk_client()
+        if execute and zk.exists(ConsumersZNode.ids(group)) and zk.get_children(ConsumersZNode.ids(group)):
+            raise errors.InvalidRequestError(f"group {group!r} has active members; stop them first")
+        self.view.refresh([topic])
+        parts = self.view.partitions_of(topic)
+        if not parts:
+            raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        offsets = self._offsets(topic, parts)
+        plan: dict[TopicPartition, int] = {}
+        for p in parts:
+            hw, start = offsets[p]
+            if to == "earliest":
+                plan[TopicPartition(topic, p)] = start
+            elif to == "latest":
+                plan[TopicPartition(topic, p)] = hw
+            elif to == "offset" and value is not None:
+                plan[TopicPartition(topic, p)] = min(max(value, start), hw)
+            elif to == "timestamp" and value is not None:
+                conn, _pl = self.view.leader_connection(topic, p)
+                r = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[pb.ListOffsetsTopic(
+                    name=topic, partitions=[pb.ListOffsetsPartition(partition=p, timestamp=value)])]),
+                    timeout=self.timeout_s).topics[0].partitions[0]
+                plan[TopicPartition(topic, p)] = r.offset if r.offset >= 0 else hw
+            else:
+                raise errors.InvalidRequestError(f"unknown reset target {to!r}")
+        if execute:
+            for tp, off in plan.items():
+                path = ConsumersZNode.offset(group, tp.topic, tp.partition)
+                if zk.exists(path):
+                    zk.set(path, str(off).encode())
+                else:
+                    zk.create(path, str(off).encode(), makepath=True)
+        return plan

@@ -1,0 +1,543 @@
+"""The consumer: pipelined fetches, offsets, and ZooKeeper consumer groups (SPEC S6, S10, S11).
+
+Theory of operation
+-------------------
+Fetch: for every leader of an assigned partition one Fetch request carries all
+of that leader's partitions. Requests are sent with gRPC's non-blocking
+``.future()``; as soon as ``poll()`` has taken a response, the next request is
+already in flight while the caller works on the records (pipelining). Only
+committed records (below the high watermark) are ever returned (S3.2); a
+leader change refreshes metadata and resumes from the same position.
+
+Groups follow the seed design (S11), the ZooKeeper-based consumer of Kafka 0.8:
+members register ephemeral ``/consumers/[group]/ids/[id]`` znodes; any change
+of members or partitions triggers a rebalance in which each member releases
+its ephemeral owner znodes, computes the range assignment, and claims its
+partitions' owner znodes (retrying with backoff while a previous owner has not
+released), so a partition never has two owners. Committed offsets live in
+``/consumers/[group]/offsets/[topic]/[partition]``; a new owner resumes there.
+
+Range assignment: Kafka's (RangeAssignor / the 0.8 consumer): P/C partitions
+each, the first P%C members one more - 7 partitions over 3 members is 3/2/2.
+(SPEC S11.2's ceil formula would give 3/3/1; Kafka's behaviour, which the
+consumer-group issue asks for, is implemented.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+import grpc
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from client.connection import ClusterView, Connection, parse_bootstrap
+from proto import errors
+from proto import minikafka_pb2 as pb
+from proto.record_batch import Header, decode_batch, iter_headers
+from proto.zk_data import ConsumersZNode, TopicZNode
+
+log = logging.getLogger(__name__)
+E = pb.ErrorCode
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+
+
+def range_assignment(members: Sequence[str], partitions: Sequence[int]) -> dict[str, list[int]]:
+    """Kafka's range assignment for one topic: members and partitions sorted; the first
+    P % C members get one partition more; surplus members get none."""
+    members = sorted(members)
+    parts = sorted(partitions)
+    out: dict[str, list[int]] = {m: [] for m in members}
+    if not members:
+        return out
+    per, extra = divmod(len(parts), len(members))
+    start = 0
+    for i, m in enumerate(members):
+        n = per + (1 if i < extra else 0)
+        out[m] = parts[start:start + n]
+        start += n
+    return out
+
+
+class Consumer:
+    def __init__(self, *topics: str, bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
+                 group_id: str | None = None, auto_offset_reset: str = "latest", enable_auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5000, max_poll_records: int = 500, fetch_min_bytes: int = 1,
+                 fetch_max_wait_ms: int = 500, fetch_max_bytes: int = 52_428_800,
+                 max_partition_fetch_bytes: int = 1_048_576, request_timeout_ms: int = 30_000,
+                 retry_backoff_ms: int = 100, zookeeper_connect: str | None = None,
+                 zookeeper_session_timeout_ms: int = 6000, consumer_id: str | None = None,
+                 consumer_timeout_ms: float = float("inf")) -> None:
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise errors.InvalidRequestError("auto_offset_reset must be earliest, latest or none")
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.group_id = group_id
+        self.auto_offset_reset = auto_offset_reset
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval_s = auto_commit_interval_ms / 1000.0
+        self.max_poll_records = max_poll_records
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.request_timeout_s = request_timeout_ms / 1000.0
+        self.retry_backoff_s = retry_backoff_ms / 1000.0
+        self.consumer_timeout_s = consumer_timeout_ms / 1000.0
+        self.view = ClusterView(self.bootstrap, timeout_s=self.request_timeout_s)
+        self._assignment: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._buffer: dict[TopicPartition, list[ConsumerRecord]] = {}
+        self._inflight: dict[int, tuple[Any, dict[TopicPartition, int]]] = {}
+        self._subscription: list[str] = []
+        self._closed = False
+        self._last_commit = time.monotonic()
+        self._zk: KazooClient | None = None
+        self._rebalance_needed = threading.Event()
+        self._fetch_done = threading.Event()
+        self._claim_failures = 0
+        self._retry_rebalance_at = 0.0
+        self._owned: list[TopicPartition] = []
+        self.consumer_id = consumer_id or f"{group_id or 'consumer'}_{uuid.uuid4().hex[:12]}"
+        self._zk_connect = zookeeper_connect
+        self._zk_session_timeout_s = zookeeper_session_timeout_ms / 1000.0
+        if topics:
+            self.subscribe(list(topics))
+
+    # ------------------------------------------------------------ assignment
+
+    def assign(self, partitions: Sequence[TopicPartition | tuple[str, int]]) -> None:
+        if self._subscription:
+            raise errors.InvalidRequestError("assign() and subscribe() cannot be mixed")
+        self._set_assignment([TopicPartition(*tp) for tp in partitions])
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._assignment)
+
+    def subscribe(self, topics: Sequence[str]) -> None:
+        if self._assignment and not self._subscription:
+            raise errors.InvalidRequestError("assign() and subscribe() cannot be mixed")
+        self._subscription = sorted(set(topics))
+        if self.group_id is None:
+            self.view.refresh(self._subscription)
+            self._set_assignment([TopicPartition(t, p) for t in self._subscription
+                                  for p in self.view.partitions_of(t)])
+        else:
+            self._join_group()
+
+    def _set_assignment(self, tps: list[TopicPartition]) -> None:
+        self._assignment = sorted(tps)
+        keep = set(self._assignment)
+        self._positions = {tp: o for tp, o in self._positions.items() if tp in keep}
+        self._buffer = {tp: rs for tp, rs in self._buffer.items() if tp in keep}
+        self._cancel_inflight()
+
+    # ------------------------------------------------------------ positions
+
+    def position(self, tp: TopicPartition | tuple[str, int]) -> int:
+        tp = TopicPartition(*tp)
+        if tp not in self._positions:
+            self._reset_positions([tp])
+        return self._positions[tp]
+
+    def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
+        tp = TopicPartition(*tp)
+        if tp not in self._assignment:
+            raise errors.InvalidRequestError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
+        if offset < 0:
+            raise errors.OffsetOutOfRangeError(f"cannot seek to a negative offset {offset}")
+        self._positions[tp] = offset
+        self._buffer.pop(tp, None)
+        self._cancel_inflight()
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        self._seek_to(list(tps) or self._assignment, -2)
+
+    def seek_to_end(self, *tps: TopicPartition) -> None:
+        self._seek_to(list(tps) or self._assignment, -1)
+
+    def _seek_to(self, tps: list[TopicPartition], which: int) -> None:
+        for tp, offset in self._list_offsets(tps, which).items():
+            self.seek(tp, offset)
+
+    def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._list_offsets(list(tps), -2)
+
+    def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The high watermark of each partition: the offset the next committed record gets."""
+        return self._list_offsets(list(tps), -1)
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        out: dict[TopicPartition, int | None] = {}
+        for tp, ts in timestamps.items():
+            off = self._list_offsets([tp], ts)[tp]
+            out[tp] = off if off >= 0 else None
+        return out
+
+    def _list_offsets(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        out: dict[TopicPartition, int] = {}
+        for attempt in range(20):
+            pending = [tp for tp in tps if tp not in out]
+            if not pending:
+                return out
+            for tp in pending:
+                try:
+                    conn, pl = self.view.leader_connection(tp.topic, tp.partition)
+                    resp = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[pb.ListOffsetsTopic(
+                        name=tp.topic, partitions=[pb.ListOffsetsPartition(partition=tp.partition,
+                                                                           timestamp=timestamp)])]),
+                        timeout=self.request_timeout_s)
+                    pr = resp.topics[0].partitions[0]
+                    if pr.error_code != E.NONE:
+                        raise errors.for_code(pr.error_code)(f"ListOffsets {tp.topic}-{tp.partition}")
+                    out[tp] = pr.offset
+                except (errors.KafkaError, grpc.RpcError) as e:
+                    if (isinstance(e, errors.KafkaError) and not e.retriable) or attempt == 19:
+                        raise
+                    self.view.refresh([tp.topic])
+                    time.sleep(self.retry_backoff_s)
+        return out
+
+    def _reset_positions(self, tps: list[TopicPartition]) -> None:
+        committed = self._committed_offsets(tps) if self.group_id else {}
+        rest = [tp for tp in tps if committed.get(tp) is None]
+        for tp, off in committed.items():
+            if off is not None:
+                self._positions[tp] = off
+        if rest:
+            if self.auto_offset_reset == "none":
+                raise errors.OffsetOutOfRangeError(f"no committed offset for {rest} and auto_offset_reset=none")
+            which = -2 if self.auto_offset_reset == "earliest" else -1
+            self._positions.update(self._list_offsets(rest, which))
+
+    # ------------------------------------------------------------ polling
+
+    def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records from assigned partitions, in offset order per partition; [] after the timeout."""
+        if self._closed:
+            raise errors.KafkaError("the consumer is closed")
+        limit = max_records or self.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            if self._rebalance_needed.is_set() and time.monotonic() >= self._retry_rebalance_at:
+                self._rebalance()
+            self._maybe_auto_commit()
+            out = self._take(limit)
+            if out:
+                self._send_fetches()  # the next fetch is in flight while the caller works
+                return out
+            remaining = deadline - time.monotonic()
+            self._send_fetches()
+            if not self._inflight:
+                if remaining <= 0:
+                    return []
+                time.sleep(min(self.retry_backoff_s, remaining))
+                continue
+            self._collect(max(0.0, remaining))
+            if not any(self._buffer.values()) and time.monotonic() >= deadline:
+                return []
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        idle_since = time.monotonic()
+        while not self._closed:
+            records = self.poll(timeout_ms=200)
+            if records:
+                idle_since = time.monotonic()
+                yield from records
+            elif time.monotonic() - idle_since >= self.consumer_timeout_s:
+                return
+
+    def _take(self, limit: int) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        for tp in self._assignment:
+            buf = self._buffer.get(tp)
+            if not buf:
+                continue
+            taken = buf[:limit - len(out)]
+            del buf[:len(taken)]
+            out.extend(taken)
+            self._positions[tp] = taken[-1].offset + 1
+            if len(out) >= limit:
+                break
+        return out
+
+    def _send_fetches(self) -> None:
+        need = [tp for tp in self._assignment if not self._buffer.get(tp)]
+        by_leader: dict[int, list[TopicPartition]] = {}
+        busy = {tp for _f, sent in self._inflight.values() for tp in sent}
+        missing = [tp for tp in need if tp not in self._positions]
+        if missing:
+            try:
+                self._reset_positions(missing)
+            except (errors.KafkaError, grpc.RpcError) as e:
+                log.debug("cannot reset positions yet: %s", e)
+                return
+        for tp in need:
+            if tp in busy:
+                continue
+            pl = self.view.partitions.get((tp.topic, tp.partition))
+            if pl is None or pl.leader < 0 or pl.leader not in self.view.brokers:
+                self._refresh_quietly([tp.topic])
+                continue
+            by_leader.setdefault(pl.leader, []).append(tp)
+        for leader, tps in by_leader.items():
+            if leader in self._inflight:
+                continue
+            req = pb.FetchRequest(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
+                                  max_bytes=self.fetch_max_bytes)
+            sent: dict[TopicPartition, int] = {}
+            for tp in tps:
+                pl = self.view.partitions[(tp.topic, tp.partition)]
+                req.topics.add(name=tp.topic).partitions.add(
+                    partition=tp.partition, fetch_offset=self._positions[tp], current_leader_epoch=pl.leader_epoch,
+                    partition_max_bytes=self.max_partition_fetch_bytes)
+                sent[tp] = self._positions[tp]
+            conn: Connection = self.view.connection(self.view.brokers[leader])
+            fut = conn.api.Fetch.future(req, timeout=self.fetch_max_wait_ms / 1000.0 + self.request_timeout_s)
+            fut.add_done_callback(lambda _f: self._fetch_done.set())
+            self._inflight[leader] = (fut, sent)
+
+    def _collect(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) for any in-flight fetch and take every finished one."""
+        done = [(k, v) for k, v in self._inflight.items() if v[0].done()]
+        if not done:
+            self._fetch_done.wait(timeout_s)
+            self._fetch_done.clear()
+            done = [(k, v) for k, v in self._inflight.items() if v[0].done()]
+        for leader, (fut, sent) in done:
+            del self._inflight[leader]
+            try:
+                resp = fut.result()
+            except grpc.RpcError as e:
+                log.debug("fetch from %d failed: %s", leader, e)
+                self._refresh_quietly(sorted({tp.topic for tp in sent}))
+                continue
+            self._handle_fetch_response(resp, sent)
+
+    def _handle_fetch_response(self, resp: pb.FetchResponse, sent: dict[TopicPartition, int]) -> None:
+        refresh: set[str] = set()
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition)
+                if tp not in sent or self._positions.get(tp) != sent[tp]:
+                    continue  # seeked or reassigned meanwhile
+                if p.error_code == E.OFFSET_OUT_OF_RANGE:
+                    if self.auto_offset_reset == "none":
+                        raise errors.OffsetOutOfRangeError(f"{tp.topic}-{tp.partition} at {sent[tp]}")
+                    self._positions.pop(tp, None)
+                    continue
+                if p.error_code != E.NONE:
+                    refresh.add(tp.topic)
+                    continue
+                start = sent[tp]
+                recs: list[ConsumerRecord] = []
+                for pos, _h in iter_headers(p.records):
+                    header, decoded = decode_batch(p.records, pos)
+                    if header.is_control:
+                        continue
+                    recs.extend(ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value,
+                                               r.headers) for r in decoded if r.offset >= start)
+                if recs:
+                    self._buffer[tp] = recs
+        if refresh:
+            self._refresh_quietly(sorted(refresh))
+
+    def _refresh_quietly(self, topics: list[str]) -> None:
+        try:
+            self.view.refresh(topics)
+        except errors.KafkaError as e:
+            log.debug("metadata refresh failed: %s", e)
+
+    def _cancel_inflight(self) -> None:
+        for fut, _sent in self._inflight.values():
+            fut.cancel()
+        self._inflight.clear()
+
+    # ------------------------------------------------------------ committed offsets (S11.3)
+
+    def _zk_client(self) -> KazooClient:
+        if self._zk is None:
+            if not self._zk_connect:
+                raise errors.InvalidGroupIdError("consumer groups need zookeeper_connect (SPEC S11)")
+            logging.getLogger("kazoo").setLevel(logging.ERROR)
+            self._zk = KazooClient(hosts=self._zk_connect, timeout=self._zk_session_timeout_s)
+            self._zk.start(timeout=self.request_timeout_s)
+        return self._zk
+
+    def committed(self, tp: TopicPartition | tuple[str, int]) -> int | None:
+        tp = TopicPartition(*tp)
+        return self._committed_offsets([tp]).get(tp)
+
+    def _committed_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        if self.group_id is None:
+            return {tp: None for tp in tps}
+        zk = self._zk_client()
+        out: dict[TopicPartition, int | None] = {}
+        for tp in tps:
+            try:
+                data, _ = zk.get(ConsumersZNode.offset(self.group_id, tp.topic, tp.partition))
+                out[tp] = int(data.decode())
+            except (NoNodeError, ValueError):
+                out[tp] = None
+        return out
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Store the positions (or ``offsets``): the next offset to consume, per partition."""
+        if self.group_id is None:
+            raise errors.InvalidGroupIdError("commit() needs a group_id")
+        zk = self._zk_client()
+        for tp, off in (offsets if offsets is not None else dict(self._positions)).items():
+            path = ConsumersZNode.offset(self.group_id, tp.topic, tp.partition)
+            data = str(off).encode()
+            try:
+                zk.set(path, data)
+            except NoNodeError:
+                try:
+                    zk.create(path, data, makepath=True)
+                except NodeExistsError:
+                    zk.set(path, data)
+        self._last_commit = time.monotonic()
+
+    def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> threading.Thread:
+        t = threading.Thread(target=self.commit, args=(offsets,), daemon=True)
+        t.start()
+        return t
+
+    def _maybe_auto_commit(self) -> None:
+        if self.enable_auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s \
+                and self._positions:
+            self.commit()
+
+    # ------------------------------------------------------------ group membership (S11.1)
+
+    def _join_group(self) -> None:
+        assert self.group_id is not None
+        zk = self._zk_client()
+        path = ConsumersZNode.member(self.group_id, self.consumer_id)
+        body = json.dumps({"version": 1, "subscription": {t: 1 for t in self._subscription},
+                           "pattern": "static", "timestamp": str(int(time.time() * 1000))}).encode()
+        try:
+            zk.create(path, body, ephemeral=True, makepath=True)
+        except NodeExistsError:
+            raise errors.InvalidGroupIdError(f"consumer id {self.consumer_id} is already in the group") from None
+
+        def on_change(*_args: Any) -> None:
+            self._rebalance_needed.set()
+
+        zk.ChildrenWatch(ConsumersZNode.ids(self.group_id), lambda _c: on_change())
+        for t in self._subscription:
+            zk.DataWatch(TopicZNode.path(t), lambda *_a: on_change())
+        self._rebalance_needed.set()
+
+    def _rebalance(self) -> None:
+        """One attempt to release, compute the range assignment and claim (S11.1, S11.2).
+
+        If a previous owner still holds one of our partitions the claim is given
+        back and the rebalance stays pending: ``poll()`` tries again after a
+        backoff, so members that are constructed one after the other never wait
+        for each other.
+        """
+        assert self.group_id is not None
+        zk = self._zk_client()
+        self._rebalance_needed.clear()
+        if self._owned and self.enable_auto_commit:
+            self.commit({tp: o for tp, o in self._positions.items() if tp in self._owned})
+        self._release()
+        members = sorted(zk.get_children(ConsumersZNode.ids(self.group_id)))
+        mine: list[TopicPartition] = []
+        for topic in self._subscription:
+            data = zk.get(TopicZNode.path(topic))[0] if zk.exists(TopicZNode.path(topic)) else None
+            parts = sorted(TopicZNode.decode(topic, data)) if data else []
+            subscribed = [m for m in members if topic in self._member_topics(zk, m)]
+            mine += [TopicPartition(topic, p) for p in range_assignment(subscribed, parts).get(self.consumer_id, [])]
+        if self._claim(zk, mine):
+            self._positions = {}
+            self._set_assignment(mine)
+            self._claim_failures = 0
+            log.info("consumer %s owns %s", self.consumer_id, mine)
+            return
+        self._claim_failures += 1
+        self._retry_rebalance_at = time.monotonic() + self.retry_backoff_s * min(10, self._claim_failures)
+        self._rebalance_needed.set()
+
+    def _member_topics(self, zk: KazooClient, member: str) -> set[str]:
+        assert self.group_id is not None
+        if member == self.consumer_id:
+            return set(self._subscription)
+        try:
+            data, _ = zk.get(ConsumersZNode.member(self.group_id, member))
+            return set(json.loads(data).get("subscription", {}))
+        except (NoNodeError, ValueError):
+            return set()
+
+    def _claim(self, zk: KazooClient, tps: list[TopicPartition]) -> bool:
+        assert self.group_id is not None
+        claimed: list[TopicPartition] = []
+        if self._rebalance_needed.is_set():
+            return False  # membership changed again meanwhile: start over
+        for tp in tps:
+            try:
+                zk.create(ConsumersZNode.owner(self.group_id, tp.topic, tp.partition), self.consumer_id.encode(),
+                          ephemeral=True, makepath=True)
+                claimed.append(tp)
+            except NodeExistsError:
+                # The previous owner has not released it yet: give back what we took and retry.
+                self._owned = claimed
+                self._release()
+                return False
+        self._owned = claimed
+        return True
+
+    def _release(self) -> None:
+        if self._zk is None or self.group_id is None:
+            self._owned = []
+            return
+        for tp in self._owned:
+            try:
+                self._zk.delete(ConsumersZNode.owner(self.group_id, tp.topic, tp.partition))
+            except NoNodeError:
+                pass
+        self._owned = []
+        self._set_assignment([])
+
+    # ------------------------------------------------------------ shutdown
+
+    def close(self, autocommit: bool = True) -> None:
+        if self._closed:
+            return
+        try:
+            if autocommit and self.enable_auto_commit and self._positions:
+                self.commit()
+        finally:
+            self._closed = True
+            self._cancel_inflight()
+            if self._zk is not None:
+                self._release()
+                self._zk.stop()
+                self._zk.close()
+            self.view.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

@@ -1,0 +1,457 @@
+"""Kafka-style command-line tools: ``minikafka topics | produce | consume | groups | leader-election |
+reassign-partitions | perf``.
+
+Flags follow kafka-topics.sh, kafka-console-producer.sh, kafka-console-consumer.sh,
+kafka-consumer-groups.sh and the perf-test tools (``--bootstrap-server``,
+``--topic``, ``--create/--list/--describe/--delete/--alter``, ...). Without
+``--bootstrap-server`` / ``--zookeeper`` the local cluster in ``--dir``
+(default ``.minikafka``) is used. Tables by default, ``--output json`` for
+scripts; errors are one line on stderr with exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from client.admin import AdminClient, NewTopic
+from client.consumer import Consumer, TopicPartition
+from client.local_cluster import ClusterError, ClusterState
+from client.producer import Producer
+from proto import errors
+
+
+def _connection_args(p: argparse.ArgumentParser, zookeeper: bool = False) -> None:
+    p.add_argument("--bootstrap-server", default=None, help="host:port[,host:port] (default: the local cluster)")
+    if zookeeper:
+        p.add_argument("--zookeeper", default=None, help="host:port[/chroot] (default: the local cluster's)")
+    p.add_argument("--dir", type=Path, default=Path(".minikafka"), help="local cluster directory (.minikafka)")
+    p.add_argument("--output", choices=["table", "json"], default="table")
+
+
+def _bootstrap(args: argparse.Namespace) -> str:
+    if args.bootstrap_server:
+        return str(args.bootstrap_server)
+    try:
+        return ClusterState.load(args.dir).bootstrap_servers
+    except ClusterError:
+        raise errors.InvalidRequestError("no --bootstrap-server given and no local cluster in "
+                                         f"{args.dir}") from None
+
+
+def _zookeeper(args: argparse.Namespace) -> str | None:
+    if getattr(args, "zookeeper", None):
+        return str(args.zookeeper)
+    try:
+        return ClusterState.load(args.dir).zookeeper_connect
+    except ClusterError:
+        return None
+
+
+def _configs(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise errors.InvalidConfigError(f"--config expects key=value, got {item!r}")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def add_parsers(sub: Any) -> None:
+    t = sub.add_parser("topics", help="create, list, describe, alter, delete topics (kafka-topics)")
+    _connection_args(t)
+    action = t.add_mutually_exclusive_group(required=True)
+    for a in ("create", "list", "describe", "delete", "alter"):
+        action.add_argument(f"--{a}", action="store_true")
+    t.add_argument("--topic")
+    t.add_argument("--partitions", type=int, default=-1)
+    t.add_argument("--replication-factor", type=int, default=-1)
+    t.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    t.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+    t.add_argument("--if-not-exists", action="store_true")
+    t.set_defaults(func=cmd_topics)
+
+    p = sub.add_parser("produce", help="records from stdin, one per line (kafka-console-producer)")
+    _connection_args(p)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int, default=None)
+    p.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
+    p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                   help="parse.key=true, key.separator=:")
+    p.add_argument("--compression", default=None, choices=["none", "gzip", "zstd"])
+    p.set_defaults(func=cmd_produce)
+
+    c = sub.add_parser("consume", help="print records (kafka-console-consumer)")
+    _connection_args(c, zookeeper=True)
+    c.add_argument("--topic", required=True)
+    c.add_argument("--group", default=None)
+    c.add_argument("--from-beginning", action="store_true")
+    c.add_argument("--partition", type=int, default=None)
+    c.add_argument("--offset", default=None, help="earliest, latest or a number (with --partition)")
+    c.add_argument("--max-messages", type=int, default=None)
+    c.add_argument("--timeout-ms", type=int, default=None, help="exit after this long without records")
+    c.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                   help="print.key=true, print.offset=true, print.partition=true, print.timestamp=true, "
+                        "key.separator=TAB")
+    c.set_defaults(func=cmd_consume)
+
+    g = sub.add_parser("groups", help="list, describe, reset consumer groups (kafka-consumer-groups)")
+    _connection_args(g, zookeeper=True)
+    gaction = g.add_mutually_exclusive_group(required=True)
+    for a in ("list", "describe", "reset-offsets"):
+        gaction.add_argument(f"--{a}", action="store_true")
+    g.add_argument("--group")
+    g.add_argument("--topic")
+    target = g.add_mutually_exclusive_group()
+    target.add_argument("--to-earliest", action="store_true")
+    target.add_argument("--to-latest", action="store_true")
+    target.add_argument("--to-offset", type=int)
+    target.add_argument("--to-datetime", type=int, metavar="EPOCH_MS")
+    g.add_argument("--execute", action="store_true", help="apply the reset (default: dry run)")
+    g.set_defaults(func=cmd_groups)
+
+    le = sub.add_parser("leader-election", help="preferred replica election (kafka-leader-election)")
+    _connection_args(le, zookeeper=True)
+    le.add_argument("--topic")
+    le.add_argument("--partition", type=int, default=None)
+    le.add_argument("--all-topic-partitions", action="store_true")
+    le.set_defaults(func=cmd_leader_election)
+
+    ra = sub.add_parser("reassign-partitions", help="move replicas (kafka-reassign-partitions)")
+    _connection_args(ra, zookeeper=True)
+    ra_action = ra.add_mutually_exclusive_group(required=True)
+    ra_action.add_argument("--execute", action="store_true")
+    ra_action.add_argument("--verify", action="store_true")
+    ra.add_argument("--reassignment-json-file", type=Path)
+    ra.set_defaults(func=cmd_reassign)
+
+    perf = sub.add_parser("perf", help="producer and consumer performance tests")
+    psub = perf.add_subparsers(dest="perf_command", metavar="SUBCOMMAND")
+    psub.required = True
+    pp = psub.add_parser("produce", help="kafka-producer-perf-test")
+    _connection_args(pp)
+    pp.add_argument("--topic", required=True)
+    pp.add_argument("--num-records", type=int, required=True)
+    pp.add_argument("--record-size", type=int, default=100)
+    pp.add_argument("--throughput", type=int, default=-1, help="records/s cap; -1 for none")
+    pp.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
+    pp.add_argument("--batch-size", type=int, default=65536)
+    pp.add_argument("--linger-ms", type=int, default=2)
+    pp.set_defaults(func=cmd_perf_produce)
+    pc = psub.add_parser("consume", help="kafka-consumer-perf-test")
+    _connection_args(pc)
+    pc.add_argument("--topic", required=True)
+    pc.add_argument("--messages", type=int, required=True)
+    pc.add_argument("--timeout-ms", type=int, default=30000)
+    pc.set_defaults(func=cmd_perf_consume)
+
+
+def _print(args: argparse.Namespace, obj: Any, table: str) -> None:
+    print(json.dumps(obj, indent=2) if args.output == "json" else table)
+
+
+# ------------------------------------------------------------------ topics
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    with AdminClient(_bootstrap(args)) as admin:
+        if args.list:
+            names = admin.list_topics()
+            _print(args, names, "\n".join(names))
+            return 0
+        if not args.topic:
+            raise errors.InvalidRequestError("--topic is required")
+        if args.create:
+            try:
+                admin.create_topics([NewTopic(args.topic, args.partitions, args.replication_factor,
+                                              _configs(args.config))])
+            except errors.TopicAlreadyExistsError:
+                if not args.if_not_exists:
+                    raise
+            _print(args, {"created": args.topic}, f"Created topic {args.topic}.")
+        elif args.delete:
+            admin.delete_topics([args.topic])
+            _print(args, {"deleted": args.topic}, f"Topic {args.topic} is deleted.")
+        elif args.alter:
+            admin.alter_topic_configs(args.topic, _configs(args.config), args.delete_config)
+            _print(args, {"altered": args.topic}, f"Updated config for topic {args.topic}.")
+        else:
+            descs = admin.describe_topics([args.topic])
+            if args.output == "json":
+                print(json.dumps([{"topic": d.name, "configs": d.configs, "partitions": [
+                    {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                     "replicas": list(p.replicas), "isr": list(p.isr), "offline": list(p.offline_replicas),
+                     "high_watermark": p.high_watermark, "log_start_offset": p.log_start_offset}
+                    for p in d.partitions]} for d in descs], indent=2))
+                return 0
+            for d in descs:
+                rf = len(d.partitions[0].replicas) if d.partitions else 0
+                cfg = ",".join(f"{k}={v}" for k, v in sorted(d.configs.items()))
+                print(f"Topic: {d.name}\tPartitionCount: {len(d.partitions)}\tReplicationFactor: {rf}\t"
+                      f"Configs: {cfg}")
+                for p in d.partitions:
+                    print(f"\tTopic: {d.name}\tPartition: {p.partition}\tLeader: "
+                          f"{p.leader if p.leader >= 0 else 'none'}\tLeaderEpoch: {p.leader_epoch}\t"
+                          f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
+                          f"HighWatermark: {p.high_watermark}")
+    return 0
+
+
+# ------------------------------------------------------------------ produce / consume
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    props = _configs(args.property)
+    parse_key = props.get("parse.key", "false").lower() == "true"
+    sep = props.get("key.separator", "\t")
+    acks: int | str = "all" if args.acks in ("all", "-1") else int(args.acks)
+    count = 0
+    futures = []
+    with Producer(_bootstrap(args), acks=acks, enable_idempotence=acks == "all",
+                  compression_type=args.compression) as producer:
+        for line in sys.stdin:
+            line = line.rstrip("\n")
+            key: bytes | None = None
+            if parse_key:
+                k, found, v = line.partition(sep)
+                if not found:
+                    raise errors.InvalidRecordError(f"no key separator {sep!r} in line {count + 1}: {line!r}")
+                key, line = k.encode(), v
+            futures.append(producer.send(args.topic, line.encode(), key=key, partition=args.partition))
+            count += 1
+        producer.flush()
+    for f in futures:
+        f.result()
+    if args.output == "json":
+        print(json.dumps({"records": count}))
+    return 0
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    props = _configs(args.property)
+    show = {k: props.get(f"print.{k}", "false").lower() == "true" for k in ("key", "offset", "partition",
+                                                                          "timestamp")}
+    sep = props.get("key.separator", "\t")
+    reset = "earliest" if args.from_beginning else "latest"
+    consumer = Consumer(bootstrap_servers=_bootstrap(args), group_id=args.group, auto_offset_reset=reset,
+                        zookeeper_connect=_zookeeper(args) if args.group else None, enable_auto_commit=True,
+                        auto_commit_interval_ms=1000)
+    n = 0
+    try:
+        if args.partition is not None:
+            tp = TopicPartition(args.topic, args.partition)
+            consumer.assign([tp])
+            if args.offset in (None, "latest") and not args.from_beginning:
+                consumer.seek_to_end(tp)
+            elif args.offset == "earliest" or (args.from_beginning and args.offset is None):
+                consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, int(args.offset))
+        else:
+            consumer.subscribe([args.topic])
+        idle_limit = (args.timeout_ms / 1000.0) if args.timeout_ms is not None else float("inf")
+        last = time.monotonic()
+        while args.max_messages is None or n < args.max_messages:
+            records = consumer.poll(timeout_ms=200, max_records=(args.max_messages - n) if args.max_messages
+                                    else None)
+            if not records:
+                if time.monotonic() - last >= idle_limit:
+                    break
+                continue
+            last = time.monotonic()
+            for r in records:
+                n += 1
+                if args.output == "json":
+                    print(json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
+                                      "timestamp": r.timestamp, "key": r.key.decode("utf-8", "replace")
+                                      if r.key is not None else None,
+                                      "value": r.value.decode("utf-8", "replace") if r.value is not None else None}))
+                    continue
+                fields = []
+                if show["timestamp"]:
+                    fields.append(f"CreateTime:{r.timestamp}")
+                if show["partition"]:
+                    fields.append(f"Partition:{r.partition}")
+                if show["offset"]:
+                    fields.append(f"Offset:{r.offset}")
+                if show["key"]:
+                    fields.append(r.key.decode("utf-8", "replace") if r.key is not None else "null")
+                fields.append(r.value.decode("utf-8", "replace") if r.value is not None else "null")
+                print(sep.join(fields), flush=True)
+        if args.group:
+            consumer.commit()
+    finally:
+        consumer.close()
+    if args.output != "json":
+        print(f"Processed a total of {n} messages", file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------ groups
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    with AdminClient(_bootstrap(args), zookeeper_connect=_zookeeper(args)) as admin:
+        if args.list:
+            groups = admin.list_groups()
+            _print(args, groups, "\n".join(groups))
+            return 0
+        if not args.group:
+            raise errors.InvalidRequestError("--group is required")
+        if args.describe:
+            rows = admin.describe_group(args.group)
+            if args.output == "json":
+                print(json.dumps([{"group": args.group, "topic": r.topic, "partition": r.partition,
+                                   "current_offset": r.current_offset, "log_end_offset": r.log_end_offset,
+                                   "lag": r.lag, "consumer_id": r.owner} for r in rows], indent=2))
+                return 0
+            print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} "
+                  f"{'LAG':>6}  CONSUMER-ID")
+            for r in rows:
+                cur = "-" if r.current_offset is None else r.current_offset
+                lag = "-" if r.lag is None else r.lag
+                print(f"{args.group:<20} {r.topic:<20} {r.partition:>9} {cur!s:>14} {r.log_end_offset:>14} "
+                      f"{lag!s:>6}  {r.owner or '-'}")
+            return 0
+        if not args.topic:
+            raise errors.InvalidRequestError("--topic is required with --reset-offsets")
+        if args.to_earliest:
+            to, value = "earliest", None
+        elif args.to_latest:
+            to, value = "latest", None
+        elif args.to_offset is not None:
+            to, value = "offset", args.to_offset
+        elif args.to_datetime is not None:
+            to, value = "timestamp", args.to_datetime
+        else:
+            raise errors.InvalidRequestError("give --to-earliest, --to-latest, --to-offset or --to-datetime")
+        plan = admin.reset_group_offsets(args.group, args.topic, to, value, execute=args.execute)
+        if args.output == "json":
+            print(json.dumps([{"topic": tp.topic, "partition": tp.partition, "new_offset": o}
+                              for tp, o in sorted(plan.items())], indent=2))
+        else:
+            print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':>9} {'NEW-OFFSET':>10}")
+            for tp, o in sorted(plan.items()):
+                print(f"{args.group:<20} {tp.topic:<20} {tp.partition:>9} {o:>10}")
+            if not args.execute:
+                print("(dry run: add --execute to apply)")
+    return 0
+
+
+# ------------------------------------------------------------------ elections and reassignment
+
+
+def cmd_leader_election(args: argparse.Namespace) -> int:
+    with AdminClient(_bootstrap(args), zookeeper_connect=_zookeeper(args)) as admin:
+        if args.all_topic_partitions:
+            tps = [TopicPartition(t, p) for t in admin.list_topics() for p in admin.view.partitions_of(t)]
+        elif args.topic:
+            admin.view.refresh([args.topic])
+            parts = [args.partition] if args.partition is not None else admin.view.partitions_of(args.topic)
+            tps = [TopicPartition(args.topic, p) for p in parts]
+        else:
+            raise errors.InvalidRequestError("give --topic [--partition] or --all-topic-partitions")
+        admin.elect_preferred_leaders(tps)
+        _print(args, {"requested": [list(tp) for tp in tps]},
+               f"Requested a preferred replica election for {len(tps)} partitions.")
+    return 0
+
+
+def cmd_reassign(args: argparse.Namespace) -> int:
+    with AdminClient(_bootstrap(args), zookeeper_connect=_zookeeper(args)) as admin:
+        if args.verify:
+            busy = admin.reassignment_in_progress()
+            _print(args, {"in_progress": busy}, "Reassignment in progress." if busy else "Reassignment complete.")
+            return 0
+        if args.reassignment_json_file is None:
+            raise errors.InvalidRequestError("--reassignment-json-file is required with --execute")
+        try:
+            plan = json.loads(args.reassignment_json_file.read_text())
+            mapping = {TopicPartition(str(e["topic"]), int(e["partition"])): [int(b) for b in e["replicas"]]
+                       for e in plan["partitions"]}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise errors.InvalidRequestError(f"cannot read the reassignment file: {e}") from None
+        admin.reassign_partitions(mapping)
+        _print(args, {"started": len(mapping)}, f"Started the reassignment of {len(mapping)} partitions.")
+    return 0
+
+
+# ------------------------------------------------------------------ perf tools
+
+
+def cmd_perf_produce(args: argparse.Namespace) -> int:
+    acks: int | str = "all" if args.acks in ("all", "-1") else int(args.acks)
+    value = b"x" * args.record_size
+    latencies: list[float] = []
+    interactive = sys.stderr.isatty() and args.output != "json"
+    with Producer(_bootstrap(args), acks=acks, enable_idempotence=acks == "all", batch_size=args.batch_size,
+                  linger_ms=args.linger_ms, buffer_memory=1_000_000) as producer:
+        perf = time.perf_counter
+        start = perf()
+        last_report = start
+
+        def record_latency(t0: float) -> Any:
+            return lambda _f: latencies.append(perf() - t0)
+
+        for i in range(args.num_records):
+            fut = producer.send(args.topic, value)
+            if i % 10 == 0:
+                fut.add_done_callback(record_latency(perf()))
+            if args.throughput > 0:
+                ahead = (i + 1) / args.throughput - (perf() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+            if interactive and perf() - last_report >= 1:
+                last_report = perf()
+                sys.stderr.write(f"\r{i + 1} records sent, {(i + 1) / (last_report - start):,.0f} records/sec")
+                sys.stderr.flush()
+        producer.flush()
+        elapsed = perf() - start
+    if interactive:
+        sys.stderr.write("\n")
+    lat = sorted(x * 1000 for x in latencies) or [0.0]
+
+    def pct(q: float) -> float:
+        return lat[min(len(lat) - 1, int(len(lat) * q))]
+
+    summary = {"records": args.num_records, "records_per_sec": args.num_records / elapsed,
+               "mb_per_sec": args.num_records * args.record_size / elapsed / (1024 * 1024),
+               "avg_latency_ms": sum(lat) / len(lat), "max_latency_ms": lat[-1], "p50_ms": pct(0.5),
+               "p95_ms": pct(0.95), "p99_ms": pct(0.99), "p999_ms": pct(0.999)}
+    _print(args, summary,
+           f"{args.num_records} records sent, {summary['records_per_sec']:.1f} records/sec "
+           f"({summary['mb_per_sec']:.2f} MB/sec), {summary['avg_latency_ms']:.2f} ms avg latency, "
+           f"{summary['max_latency_ms']:.2f} ms max latency, {summary['p50_ms']:.0f} ms 50th, "
+           f"{summary['p95_ms']:.0f} ms 95th, {summary['p99_ms']:.0f} ms 99th, {summary['p999_ms']:.0f} ms 99.9th.")
+    return 0
+
+
+def cmd_perf_consume(args: argparse.Namespace) -> int:
+    consumer = Consumer(args.topic, bootstrap_servers=_bootstrap(args), auto_offset_reset="earliest",
+                        max_poll_records=10_000)
+    n = nbytes = 0
+    start = time.perf_counter()
+    last = start
+    try:
+        while n < args.messages:
+            records = consumer.poll(timeout_ms=500)
+            if not records:
+                if time.perf_counter() - last > args.timeout_ms / 1000.0:
+                    break
+                continue
+            last = time.perf_counter()
+            n += len(records)
+            nbytes += sum(len(r.value or b"") for r in records)
+    finally:
+        consumer.close()
+    elapsed = max(1e-9, time.perf_counter() - start)
+    summary = {"messages": n, "mb": nbytes / (1024 * 1024), "mb_per_sec": nbytes / (1024 * 1024) / elapsed,
+               "messages_per_sec": n / elapsed, "seconds": elapsed}
+    _print(args, summary, "data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec\n"
+                          f"{summary['mb']:.4f}, {summary['mb_per_sec']:.4f}, {n}, {summary['messages_per_sec']:.4f}")
+    return 0 if n >= args.messages else 1
