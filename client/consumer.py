@@ -201,7 +201,7 @@ class Consumer:
                 return out
             for tp in pending:
                 try:
-                    conn, pl = self.view.leader_connection(tp.topic, tp.partition)
+                    conn, _pl = self.view.leader_connection(tp.topic, tp.partition)
                     resp = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[pb.ListOffsetsTopic(
                         name=tp.topic, partitions=[pb.ListOffsetsPartition(partition=tp.partition,
                                                                            timestamp=timestamp)])]),
