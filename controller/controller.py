@@ -53,6 +53,8 @@ from proto.zk_data import (
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
     PreferredReplicaElectionZNode,
+    ReassignPartitionsZNode,
+    TopicPartitionId,
     TopicsZNode,
 )
 
@@ -124,6 +126,11 @@ class IsrChangeNotification(Event):
 
 @dataclass
 class AutoRebalance(Event):
+    pass
+
+
+@dataclass
+class PartitionReassignment(Event):
     pass
 
 
@@ -213,6 +220,7 @@ class KafkaController:
             PreferredReplicaElection: self._on_preferred_replica_election,
             IsrChangeNotification: self._on_isr_change_notification,
             AutoRebalance: self._on_auto_rebalance,
+            PartitionReassignment: self._on_partition_reassignment,
             StopReplicaResponseReceived: self._on_stop_replica_response,
             ControlledShutdown: self._on_controlled_shutdown,
             SessionExpired: self._on_session_expired,
@@ -316,6 +324,7 @@ class KafkaController:
         self._watch_children(DeleteTopicsZNode.PATH, TopicDeletion, gen)
         self._watch_children(IsrChangeNotificationZNode.PATH, IsrChangeNotification, gen)
         self._watch_data(PreferredReplicaElectionZNode.PATH, PreferredReplicaElection, gen)
+        self._watch_data(ReassignPartitionsZNode.PATH, PartitionReassignment, gen)
 
         ctx = self.ctx
         for reg in self.zk.get_all_brokers().values():
@@ -728,7 +737,92 @@ class KafkaController:
                 tps.append(tp)
         batch = self._batch()
         batch.add_update_metadata(set(ctx.live_brokers), tps)
+        for tp in tps:
+            if tp in ctx.reassignments:
+                self._maybe_complete_reassignment(tp, batch)
+        self._finish_reassignments(batch)
         batch.send(ctx, self.channel, self._stop_replica_callback)
+
+    # ------------------------------------------------------------ partition reassignment (S9.6)
+
+    def _on_partition_reassignment(self, _ev: PartitionReassignment) -> None:
+        """Kafka 2.x's ZooKeeper reassignment: AR := OAR + RAR, wait until RAR is in the ISR,
+        elect from RAR if the leader must move, AR := RAR, stop and delete the dropped replicas."""
+        requested = self.zk.get_partition_reassignment()
+        if not requested:
+            return
+        ctx = self.ctx
+        batch = self._batch()
+        for tpid, target in requested.items():
+            tp = (tpid.topic, tpid.partition)
+            if tp in ctx.reassignments:
+                continue
+            current = ctx.replicas(tp)
+            st = ctx.leadership.get(tp)
+            reason = None
+            if not current or st is None:
+                reason = "unknown partition"
+            elif not target or len(set(target)) != len(target):
+                reason = f"bad replica list {target}"
+            elif not set(target) <= set(ctx.live_brokers):
+                reason = f"replicas {sorted(set(target) - set(ctx.live_brokers))} are not live"
+            if reason is not None:
+                log.warning("controller: ignoring reassignment of %s-%d: %s", tp[0], tp[1], reason)
+                ctx.reassignments[tp] = []
+                continue
+            ctx.reassignments[tp] = list(target)
+            if list(target) == current:
+                continue
+            union = current + [r for r in target if r not in current]
+            self._set_replicas(tp, union)
+            log.info("controller: reassigning %s-%d from %s to %s", tp[0], tp[1], current, target)
+            # Bump the epoch so every replica of the union learns the new replica set (new ones start fetching).
+            self._change_leadership(tp, lambda cur: cur.new_leader_and_isr(cur.leader, cur.isr), batch)
+            self._maybe_complete_reassignment(tp, batch)
+        self._finish_reassignments(batch)
+        batch.send(ctx, self.channel, self._stop_replica_callback)
+
+    def _set_replicas(self, tp: TopicPartition, replicas: list[int]) -> None:
+        assignment = dict(self.ctx.assignments[tp[0]])
+        assignment[tp[1]] = list(replicas)
+        self.zk.set_assignment(tp[0], assignment)
+        self.ctx.assignments[tp[0]] = assignment
+
+    def _maybe_complete_reassignment(self, tp: TopicPartition, batch: RequestBatch) -> None:
+        ctx = self.ctx
+        target = ctx.reassignments.get(tp)
+        st = ctx.leadership.get(tp)
+        if not target or st is None or not set(target) <= set(st.leader_and_isr.isr):
+            return
+        old = ctx.replicas(tp)
+        live = ctx.serving_broker_ids
+
+        def compute(cur: LeaderAndIsr) -> LeaderAndIsr | None:
+            leader = cur.leader if cur.leader in target and cur.leader in live else next(
+                (r for r in target if r in live and r in cur.isr), NO_LEADER)
+            return cur.new_leader_and_isr(leader, tuple(r for r in cur.isr if r in target))
+
+        if not self._change_leadership(tp, compute, batch):
+            return
+        self._set_replicas(tp, list(target))
+        dropped = [r for r in old if r not in target]
+        batch.add_stop_replica(dropped, tp, True, ctx)
+        for r in dropped:
+            ctx.replica_states.pop((tp, r), None)
+        batch.add_leader_and_isr(set(target), tp, ctx)
+        ctx.reassignments[tp] = []
+        log.info("controller: reassignment of %s-%d to %s complete", tp[0], tp[1], target)
+
+    def _finish_reassignments(self, batch: RequestBatch) -> None:
+        """Drop completed (or refused) partitions from /admin/reassign_partitions."""
+        ctx = self.ctx
+        done = [tp for tp, target in ctx.reassignments.items() if not target]
+        if not done:
+            return
+        for tp in done:
+            del ctx.reassignments[tp]
+        remaining = {TopicPartitionId(*tp): target for tp, target in ctx.reassignments.items()}
+        self.zk.set_partition_reassignment(remaining)
 
     # ------------------------------------------------------------ controlled shutdown
 

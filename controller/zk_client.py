@@ -295,6 +295,19 @@ class KafkaZkClient:
             return None
         return ReassignPartitionsZNode.decode(data)
 
+    def set_assignment(self, topic: str, assignment: dict[int, list[int]]) -> None:
+        self.zk.set(TopicZNode.path(topic), TopicZNode.encode(assignment))
+
+    def set_partition_reassignment(self, reassignment: dict[TopicPartitionId, list[int]]) -> None:
+        """Rewrite /admin/reassign_partitions with what is left; delete it when nothing is."""
+        try:
+            if reassignment:
+                self.zk.set(ReassignPartitionsZNode.PATH, ReassignPartitionsZNode.encode(reassignment))
+            else:
+                self.zk.delete(ReassignPartitionsZNode.PATH)
+        except NoNodeError:
+            pass
+
     def create_isr_change_notification(self, partitions: list[TopicPartitionId]) -> None:
         self.zk.create(IsrChangeNotificationZNode.PREFIX, IsrChangeNotificationZNode.encode(partitions),
                        sequence=True, makepath=True)

@@ -119,7 +119,9 @@ def test_s4_paused_follower_leaves_the_isr_and_rejoins(cluster) -> None:  # type
     view = cluster.view()
     assert create_topic(view, "lag", replication_factor=3).error_code == E.NONE
     leader, _ = wait_for(lambda: (lambda le: le if le[0] >= 0 else None)(leader_of(view, "lag", 0)))
-    follower = next(b for b in (1, 2, 3) if b != leader)
+    # Not the controller: a paused controller would also pause the metadata updates we watch.
+    controller = c.zk_view()["controller"]
+    follower = next(b for b in (1, 2, 3) if b not in (leader, controller))
     conn, _ = view.leader_connection("lag", 0)
     c.signal(follower, "STOP")
     try:
@@ -131,3 +133,48 @@ def test_s4_paused_follower_leaves_the_isr_and_rejoins(cluster) -> None:  # type
     finally:
         c.signal(follower, "CONT")
     wait_for(lambda: follower in isr_of(view, "lag", 0), timeout_s=15, what="the ISR expand (S4.3)")
+
+
+def test_s9_6_reassignment_under_load_loses_nothing(cluster, zk_client) -> None:  # type: ignore[no-untyped-def]
+    c = cluster.start(3)
+    view = cluster.view()
+    assert create_topic(view, "move", partitions=1, replication_factor=2,
+                        configs={"min.insync.replicas": "2"}).error_code == E.NONE
+    wait_for(lambda: leader_of(view, "move", 0)[0] >= 0)
+    assert view.partitions[("move", 0)].replicas == (1, 2)
+    futures = []
+    stop = threading.Event()
+
+    def load() -> None:
+        with Producer(c.state.bootstrap_servers, acks="all", linger_ms=2, request_timeout_ms=3000) as p:
+            i = 0
+            while not stop.is_set() and i < 100_000:
+                futures.append((f"v{i}", p.send("move", f"v{i}".encode())))
+                i += 1
+                if i % 100 == 0:
+                    time.sleep(0.01)
+
+    t = threading.Thread(target=load)
+    t.start()
+    try:
+        wait_for(lambda: len(futures) > 2000, timeout_s=20)
+        zk_client.create("/admin/reassign_partitions",
+                         b'{"version":1,"partitions":[{"topic":"move","partition":0,"replicas":[2,3]}]}')
+        wait_for(lambda: zk_client.exists("/admin/reassign_partitions") is None, timeout_s=30,
+                 what="the reassignment to complete")
+        wait_for(lambda: len(futures) > 8000, timeout_s=30, what="load continuing after the move")
+    finally:
+        stop.set()
+        t.join(60)
+    view.refresh(["move"])
+    pl = view.partitions[("move", 0)]
+    assert pl.replicas == (2, 3) and pl.leader in (2, 3) and set(pl.isr) <= {2, 3}
+    acked = {v: f.result(timeout=60).offset for v, f in futures}
+    conn, _ = view.leader_connection("move", 0)
+    values = read_values(conn, "move", 0)
+    assert len(values) == len(set(values))
+    positions = {v: i for i, v in enumerate(values)}
+    assert all(positions.get(v) == off for v, off in acked.items())
+    wait_for(lambda: not (Path(c.state.dir) / "broker-1" / "data" / "move-0").exists(), timeout_s=20,
+             what="the dropped replica's log deleted")
+    assert (Path(c.state.dir) / "broker-3" / "data" / "move-0").exists()
