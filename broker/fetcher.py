@@ -21,6 +21,7 @@ from broker.replica_manager import FetcherManagerProtocol, Partition, ReplicaMan
 from broker.replication.state import truncation_offset
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
+from proto.grpc_options import CHANNEL_OPTIONS
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
@@ -55,10 +56,7 @@ class ReplicaFetcher:
         self.broker_epoch = broker_epoch
         self.states: dict[TopicPartition, FetchState] = {}
         self._wake = asyncio.Event()
-        self._channel = grpc.aio.insecure_channel(f"{leader.host}:{leader.port}", options=[
-            ("grpc.max_receive_message_length", 256 * 1024 * 1024),
-            ("grpc.max_send_message_length", 256 * 1024 * 1024),
-        ])
+        self._channel = grpc.aio.insecure_channel(f"{leader.host}:{leader.port}", options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.KafkaApiStub(self._channel)  # type: ignore[no-untyped-call]
         self._task: asyncio.Task[None] | None = None
 

@@ -29,20 +29,15 @@ from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
 from controller.controller import ControllerSettings, KafkaController
-from controller.zk_client import KafkaZkClient
+from controller.zk_client import BrokerIdInUseError, KafkaZkClient
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
+from proto.grpc_options import SERVER_OPTIONS
 from proto.zk_data import BrokerRegistration, ConfigChangesZNode
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
-
-GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
-    ("grpc.max_send_message_length", 256 * 1024 * 1024),
-    ("grpc.so_reuseport", 0),
-]
 
 
 class KafkaServer:
@@ -94,7 +89,7 @@ class KafkaServer:
             leader_imbalance_check_interval_seconds=cfg.leader_imbalance_check_interval_seconds,
             request_timeout_ms=min(cfg.controller_socket_timeout_ms, cfg.request_timeout_ms)), self.zk)
 
-        self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS)
+        self.grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
         pb_grpc.add_KafkaApiServicer_to_server(KafkaApiServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
         pb_grpc.add_BrokerControlServicer_to_server(BrokerControlServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
         pb_grpc.add_ControllerApiServicer_to_server(ControllerApiServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
@@ -123,7 +118,17 @@ class KafkaServer:
         if host in ("0.0.0.0", ""):
             host = "127.0.0.1"
         reg = BrokerRegistration(self.broker_id, host, self.port, now_ms(), self.config.broker_rack or None)
-        self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, reg)
+        # A znode left by our own previous incarnation (kill -9, quick restart) goes away when its
+        # session expires: wait that long before concluding that a live broker holds the id.
+        deadline = time.monotonic() + self.config.session_timeout_ms / 1000.0 + 2.0
+        while True:
+            try:
+                self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, reg)
+                break
+            except BrokerIdInUseError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.2)
         self.fetcher_manager.broker_epoch = self.broker_epoch
         self.registered.set()
         log.info("broker %d registered at /brokers/ids/%d (broker epoch %d)", self.broker_id, self.broker_id,

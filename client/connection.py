@@ -16,17 +16,13 @@ import grpc
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
-
-GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
-    ("grpc.max_send_message_length", 256 * 1024 * 1024),
-]
+from proto.grpc_options import CHANNEL_OPTIONS
 
 
 class Connection:
     def __init__(self, address: str) -> None:
         self.address = address
-        self.channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self.api = pb_grpc.KafkaApiStub(self.channel)  # type: ignore[no-untyped-call]
         self.control = pb_grpc.BrokerControlStub(self.channel)  # type: ignore[no-untyped-call]
 

@@ -36,11 +36,12 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from client.connection import GRPC_OPTIONS, ClusterView, parse_bootstrap
+from client.connection import ClusterView, parse_bootstrap
 from client.partitioner import StickyPartitioner, partition_for_key
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
+from proto.grpc_options import CHANNEL_OPTIONS
 from proto.record_batch import CODEC_BY_NAME, Header, build_batch, encode_record_body
 
 log = logging.getLogger(__name__)
@@ -451,7 +452,7 @@ class Producer:
     def _stub(self, address: str) -> Any:
         entry = self._channels.get(address)
         if entry is None:
-            ch = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            ch = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
             entry = self._channels[address] = (ch, pb_grpc.KafkaApiStub(ch))  # type: ignore[no-untyped-call]
         return entry[1]
 

@@ -25,6 +25,7 @@ import grpc
 from controller.context import ControllerContext, TopicPartition
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
+from proto.grpc_options import CHANNEL_OPTIONS
 from proto.zk_data import BrokerRegistration
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class _BrokerSender:
         self.reg = reg
         self.timeout_s = timeout_s
         self.queue: queue.Queue[_Request | None] = queue.Queue()
-        self.channel = grpc.insecure_channel(reg.address)
+        self.channel = grpc.insecure_channel(reg.address, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.BrokerControlStub(self.channel)  # type: ignore[no-untyped-call]
         self.running = True
         self.thread = threading.Thread(target=self._run, name=f"controller-to-broker-{reg.broker_id}", daemon=True)

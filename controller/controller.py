@@ -37,6 +37,8 @@ from controller.state_machine import (
     ElectionStrategy,
     PartitionState,
     ReplicaState,
+    check_partition_transition,
+    check_replica_transition,
     elect_leader,
     initial_leader_and_isr,
     offline_leader_and_isr,
@@ -402,6 +404,23 @@ class KafkaController:
         self._timer.daemon = True
         self._timer.start()
 
+    def _transition(self, tp: TopicPartition, target: PartitionState) -> None:
+        """Move a partition to ``target``, only along the table of controller.state_machine."""
+        current = self.ctx.partition_states.get(tp, PartitionState.NON_EXISTENT)
+        check_partition_transition(f"{tp[0]}-{tp[1]}", current, target)
+        self.ctx.partition_states[tp] = target
+
+    def _replica_transition(self, tp: TopicPartition, replica: int, target: ReplicaState) -> None:
+        current = self.ctx.replica_states.get((tp, replica), ReplicaState.NON_EXISTENT)
+        if current is ReplicaState.DELETION_SUCCESSFUL and target is ReplicaState.OFFLINE:
+            return  # already gone; its broker's death changes nothing
+        if current is ReplicaState.DELETION_STARTED and target is ReplicaState.OFFLINE:
+            target = ReplicaState.DELETION_INELIGIBLE  # its broker died mid-deletion: retried on return
+        if current is target and target is not ReplicaState.ONLINE:
+            return
+        check_replica_transition(f"{tp[0]}-{tp[1]} on broker {replica}", current, target)
+        self.ctx.replica_states[(tp, replica)] = target
+
     def _batch(self) -> RequestBatch:
         return RequestBatch(controller_id=self.broker_id)
 
@@ -440,8 +459,7 @@ class KafkaController:
                 return False
             if self._write_leadership(tp, new):
                 st = self.ctx.leadership[tp].leader_and_isr
-                self.ctx.partition_states[tp] = PartitionState.ONLINE if st.leader != NO_LEADER \
-                    else PartitionState.OFFLINE
+                self._transition(tp, PartitionState.ONLINE if st.leader != NO_LEADER else PartitionState.OFFLINE)
                 batch.add_leader_and_isr(set(self.ctx.replicas(tp)), tp, self.ctx)
                 return True
         log.warning("controller: giving up on %s-%d after repeated zk_version conflicts", tp[0], tp[1])
@@ -513,13 +531,13 @@ class KafkaController:
             if existing is None:
                 return
             ctx.leadership[tp] = existing
-            ctx.partition_states[tp] = PartitionState.OFFLINE
+            self._transition(tp, PartitionState.OFFLINE)
             self._trigger_online_partition_state_change(batch, [tp])
             return
         ctx.leadership[tp] = LeaderIsrAndControllerEpoch(lai.with_zk_version(version), ctx.epoch)
-        ctx.partition_states[tp] = PartitionState.ONLINE
+        self._transition(tp, PartitionState.ONLINE)
         for r in ctx.replicas(tp):
-            ctx.replica_states[(tp, r)] = ReplicaState.ONLINE if r in ctx.live_brokers else ReplicaState.OFFLINE
+            self._replica_transition(tp, r, ReplicaState.ONLINE if r in ctx.live_brokers else ReplicaState.OFFLINE)
         batch.add_leader_and_isr(set(ctx.replicas(tp)), tp, ctx, is_new=True)
 
     def _mark_offline(self, tp: TopicPartition, batch: RequestBatch) -> None:
@@ -533,7 +551,7 @@ class KafkaController:
             return offline_leader_and_isr(current, live)
 
         if not self._change_leadership(tp, compute, batch):
-            ctx.partition_states[tp] = PartitionState.OFFLINE
+            self._transition(tp, PartitionState.OFFLINE)
         log.warning("controller: %s-%d is offline: no in-sync replica is alive", tp[0], tp[1])
 
     # ------------------------------------------------------------ brokers (S9.3, S7.2)
@@ -567,12 +585,12 @@ class KafkaController:
                 continue
             for r in replicas:
                 if r in dead_set:
-                    ctx.replica_states[(tp, r)] = ReplicaState.OFFLINE
+                    self._replica_transition(tp, r, ReplicaState.OFFLINE)
             st = ctx.leadership.get(tp)
             if st is None or tp[0] in ctx.topics_to_be_deleted:
                 continue
             if st.leader_and_isr.leader in dead_set or st.leader_and_isr.leader == NO_LEADER:
-                ctx.partition_states[tp] = PartitionState.OFFLINE
+                self._transition(tp, PartitionState.OFFLINE)
                 if not self._elect_leader(tp, ElectionStrategy.OFFLINE, batch):
                     self._mark_offline(tp, batch)
             else:
@@ -604,7 +622,8 @@ class KafkaController:
             if not on_new:
                 continue
             for r in on_new:
-                ctx.replica_states[(tp, r)] = ReplicaState.ONLINE
+                if tp[0] not in ctx.topics_to_be_deleted:
+                    self._replica_transition(tp, r, ReplicaState.ONLINE)
             if tp in ctx.leadership and tp[0] not in ctx.topics_to_be_deleted:
                 batch.add_leader_and_isr(on_new, tp, ctx)
         self._trigger_online_partition_state_change(batch)
@@ -627,13 +646,12 @@ class KafkaController:
             self._load_topic(topic)
             log.info("controller: new topic %s with assignment %s", topic, ctx.assignments.get(topic))
             for tp in ctx.partitions_of(topic):
+                self._transition(tp, PartitionState.NEW)
                 if tp in ctx.leadership:
-                    ctx.partition_states[tp] = PartitionState.OFFLINE
+                    self._transition(tp, PartitionState.OFFLINE)  # its state znode exists already
                     batch.add_leader_and_isr(set(ctx.replicas(tp)), tp, ctx)
-                else:
-                    ctx.partition_states[tp] = PartitionState.NEW
                 for r in ctx.replicas(tp):
-                    ctx.replica_states[(tp, r)] = ReplicaState.NEW
+                    self._replica_transition(tp, r, ReplicaState.NEW)
             self._trigger_online_partition_state_change(batch, ctx.partitions_of(topic))
         if gone:
             batch.add_update_metadata(set(ctx.live_brokers), [])
@@ -656,13 +674,16 @@ class KafkaController:
             pending = self._deleting.setdefault(topic, set())
             for tp in ctx.partitions_of(topic):
                 for r in ctx.replicas(tp):
+                    if ctx.replica_states.get((tp, r)) is ReplicaState.DELETION_SUCCESSFUL:
+                        continue
+                    pending.add((tp, r))
+                    if ctx.replica_states.get((tp, r)) is not ReplicaState.DELETION_STARTED:
+                        self._replica_transition(tp, r, ReplicaState.OFFLINE)
                     if r in ctx.live_brokers:
-                        ctx.replica_states[(tp, r)] = ReplicaState.DELETION_STARTED
-                        pending.add((tp, r))
+                        self._replica_transition(tp, r, ReplicaState.DELETION_STARTED)
                         batch.add_stop_replica([r], tp, True, ctx)
                     else:
-                        ctx.replica_states[(tp, r)] = ReplicaState.DELETION_INELIGIBLE
-                        pending.add((tp, r))
+                        self._replica_transition(tp, r, ReplicaState.DELETION_INELIGIBLE)
             log.info("controller: deleting topic %s", topic)
         if batch.deleted_topics:
             batch.add_update_metadata(set(ctx.live_brokers), [])
@@ -675,9 +696,10 @@ class KafkaController:
             pending = self._deleting.get(tp[0])
             if pending is None:
                 continue
-            if pe.error_code == pb.ErrorCode.NONE:
+            started = self.ctx.replica_states.get((tp, ev.broker_id)) is ReplicaState.DELETION_STARTED
+            if pe.error_code == pb.ErrorCode.NONE and started:
                 pending.discard((tp, ev.broker_id))
-                self.ctx.replica_states[(tp, ev.broker_id)] = ReplicaState.DELETION_SUCCESSFUL
+                self._replica_transition(tp, ev.broker_id, ReplicaState.DELETION_SUCCESSFUL)
         self._maybe_complete_deletions()
 
     def _maybe_complete_deletions(self) -> None:
