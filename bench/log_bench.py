@@ -8,7 +8,7 @@ the last batch header). The baseline writes and reads the same bytes with plain
 ``os.write`` / ``os.read`` on one file. Each measurement is the best of
 ``--repeat`` runs, alternating log and raw so that both see the same machine.
 
-    python bench/log_bench.py [--mb 512] [--repeat 3] [--json]
+    python bench/log_bench.py [--mb 512] [--repeat 5] [--json]
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def bench_raw(root: Path, batches: list[bytes], count: int) -> tuple[float, floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=512, help="MB of record batches to append (default 512)")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir under the cwd)")
     ap.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     args = ap.parse_args()

@@ -170,6 +170,8 @@ class BatchesInfo:
     shallow_offset_of_max_timestamp: int
     # (position, size, offset_span) of every batch, in order.
     spans: tuple[tuple[int, int, int], ...]
+    # Positions of the batches written by idempotent producers (producer_id >= 0).
+    idempotent_positions: tuple[int, ...] = ()
 
 
 def validate_batches(buf: bytes | bytearray | memoryview, *, max_batch_bytes: int | None = None,
@@ -190,12 +192,14 @@ def validate_batches(buf: bytes | bytearray | memoryview, *, max_batch_bytes: in
     max_ts = -1
     max_ts_delta = 0
     spans: list[tuple[int, int, int]] = []
-    unpack_head = _HEAD27.unpack_from
+    producer_ids: list[int] = []
+    unpack = _HEADER.unpack_from
     mv = memoryview(buf)
     while pos < total:
         if total - pos < HEADER_SIZE:
             raise CorruptMessageError(f"truncated batch header at position {pos}")
-        _base, length, _epoch, magic, crc, attributes, last_delta = unpack_head(buf, pos)
+        (_base, length, _epoch, magic, crc, attributes, last_delta, _base_ts, batch_max_ts, producer_id,
+         _producer_epoch, _base_seq, count) = unpack(buf, pos)
         size = length + LOG_OVERHEAD
         if length < HEADER_SIZE - LOG_OVERHEAD or pos + size > total:
             raise CorruptMessageError(f"batch at position {pos} has bad length {length}")
@@ -208,8 +212,6 @@ def validate_batches(buf: bytes | bytearray | memoryview, *, max_batch_bytes: in
         codec = attributes & CODEC_MASK
         if codec not in SUPPORTED_CODECS:
             raise UnsupportedCompressionTypeError(f"compression codec {codec} is not supported")
-        (batch_max_ts,) = struct.unpack_from(">q", buf, pos + 35)
-        (count,) = struct.unpack_from(">i", buf, pos + 57)
         if count < 0 or last_delta < 0 or (require_records and count == 0) or (count and last_delta + 1 < count):
             raise InvalidRecordError(
                 f"batch at position {pos}: record_count {count} inconsistent with last_offset_delta {last_delta}")
@@ -217,11 +219,14 @@ def validate_batches(buf: bytes | bytearray | memoryview, *, max_batch_bytes: in
             max_ts = batch_max_ts
             max_ts_delta = offset_count + last_delta
         spans.append((pos, size, last_delta + 1))
+        if producer_id >= 0:
+            producer_ids.append(pos)
         batch_count += 1
         record_count += count
         offset_count += last_delta + 1
         pos += size
-    return BatchesInfo(batch_count, record_count, offset_count, max_ts, max_ts_delta, tuple(spans))
+    return BatchesInfo(batch_count, record_count, offset_count, max_ts, max_ts_delta, tuple(spans),
+                       tuple(producer_ids))
 
 
 def stamp_prefix(base_offset: int, batch_length: int, partition_leader_epoch: int) -> bytes:

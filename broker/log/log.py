@@ -61,7 +61,6 @@ from proto.record_batch import (
 
 _BASE_OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
-_PRODUCER_ID_OFFSET = 43
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +193,7 @@ class Log:
         nothing is written unless every batch checks out."""
         info = validate_batches(records, max_batch_bytes=self.config.max_message_bytes)
         self._check_fits(len(records))
-        idempotent = [(pos, read_header(records, pos)) for pos, _size, _span in info.spans
-                      if _BASE_OFFSET.unpack_from(records, pos + _PRODUCER_ID_OFFSET)[0] >= 0]
+        idempotent = [(pos, read_header(records, pos)) for pos in info.idempotent_positions]
         if idempotent:
             dup = self._check_producer_state(idempotent, info)
             if dup is not None:
@@ -276,10 +274,9 @@ class Log:
         result = self._write(first, expected, [records], len(records), info, info.max_timestamp,
                              first + info.shallow_offset_of_max_timestamp, -1, now_ms)
         if self._producer_state is not None:
-            for pos, _size, _span in info.spans:
-                if _BASE_OFFSET.unpack_from(records, pos + _PRODUCER_ID_OFFSET)[0] >= 0:
-                    header = read_header(records, pos)
-                    self._producer_state.update(header, header.base_offset)
+            for pos in info.idempotent_positions:
+                header = read_header(records, pos)
+                self._producer_state.update(header, header.base_offset)
         return result
 
     def _check_fits(self, nbytes: int) -> None:
