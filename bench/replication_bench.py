@@ -66,6 +66,10 @@ def run(bootstrap: str, topic: str, acks: str | int, records: int, args: argpars
             fut = producer.send(topic, VALUE)
             if i % SAMPLE_EVERY == 0:
                 fut.add_done_callback(done_since(perf()))
+                if args.throughput > 0:  # kafka-producer-perf-test's --throughput: pace the sends
+                    ahead = (i + 1) / args.throughput - (perf() - start)
+                    if ahead > 0:
+                        time.sleep(ahead)
         producer.flush()
         elapsed = perf() - start
     finally:
@@ -90,6 +94,7 @@ def main() -> None:
     ap.add_argument("--linger-ms", type=int, default=2)
     ap.add_argument("--buffer-memory", type=int, default=1_000_000,
                     help="bytes the producer may hold unacknowledged (back-pressure, bounds latency)")
+    ap.add_argument("--throughput", type=int, default=-1, help="records/s to offer (-1: as fast as possible)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
