@@ -91,6 +91,8 @@ CONFIG_DEFS: dict[str, _Def] = {
                                        lambda v: v in ("CreateTime", "LogAppendTime"),
                                        "CreateTime or LogAppendTime"),
     "broker.rack": _Def("broker_rack", str),
+    "metrics.port": _Def("metrics_port", int, lambda v: -1 <= v <= 65535, "-1 (off), 0 (any free port) or a port"),
+    "metrics.host": _Def("metrics_host", str),
 }
 
 LONG_MAX = (1 << 63) - 1
@@ -143,6 +145,8 @@ class BrokerConfig:
     message_max_bytes: int = 1048588
     log_message_timestamp_type: str = "CreateTime"
     broker_rack: str = ""
+    metrics_port: int = -1
+    metrics_host: str = "127.0.0.1"
 
     # ------------------------------------------------------------ derived values
 

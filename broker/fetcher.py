@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from broker.observability import event
 from broker.replica_manager import FetcherManagerProtocol, Partition, ReplicaManager, TopicPartition, now_ms
 from broker.replication.state import truncation_offset
 from proto import minikafka_pb2 as pb
@@ -130,7 +131,7 @@ class ReplicaFetcher:
                     log.info("%s-%d: truncating from %d to %d (leader %d says epoch %d ends at %d; "
                              "local high watermark %d is not used)", tp[0], tp[1], lg.log_end_offset,
                              decision.offset, self.leader.broker_id, r.leader_epoch, r.end_offset,
-                             lg.high_watermark)
+                             lg.high_watermark, extra=event("truncation", *tp))
                     lg.truncate_to(decision.offset)
                 if not decision.completed:
                     lg.epoch_cache.truncate_from_end(decision.offset)

@@ -14,6 +14,7 @@ import uvloop
 
 from broker.config import ConfigError, load_config
 from broker.log.manager import LogDirLockedError
+from broker.observability import JsonFormatter
 from broker.server import KafkaServer
 from controller.zk_client import BrokerIdInUseError
 
@@ -24,6 +25,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config (repeatable), e.g. --set broker.id=1")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-format", choices=["text", "json"], default="text",
+                   help="json: one JSON object per line, with broker id and event fields")
     p.set_defaults(func=run)
 
 
@@ -33,8 +36,13 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    if args.log_format == "json":
+        handler.setFormatter(JsonFormatter(config.broker_id))
+    else:
+        handler.setFormatter(logging.Formatter(
+            f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     return uvloop.run(_serve(config))
 

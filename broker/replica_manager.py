@@ -21,6 +21,7 @@ from broker.log.config import LogConfig
 from broker.log.log import Log
 from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
+from broker.observability import event
 from broker.purgatory import Purgatory
 from broker.replication.state import LeaderState, follower_high_watermark
 from controller.zk_client import KafkaZkClient
@@ -94,7 +95,7 @@ class ReplicaManager:
     def _check_controller_epoch(self, epoch: int, what: str) -> bool:
         if epoch < self.controller_epoch:
             log.info("refusing %s from controller epoch %d: current controller epoch is %d",
-                     what, epoch, self.controller_epoch)
+                     what, epoch, self.controller_epoch, extra=event("fenced_controller_epoch"))
             return False
         self.controller_epoch = epoch
         return True
@@ -116,7 +117,7 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if p is not None and s.leader_epoch < p.leader_epoch:
             log.info("refusing LeaderAndIsr for %s-%d: leader epoch %d is older than %d",
-                     tp[0], tp[1], s.leader_epoch, p.leader_epoch)
+                     tp[0], tp[1], s.leader_epoch, p.leader_epoch, extra=event("fenced_leader_epoch", *tp))
             return E.FENCED_LEADER_EPOCH
         if p is not None and s.leader_epoch == p.leader_epoch:
             # A controller failover resends what we have; the ISR may have moved on since.
@@ -155,7 +156,8 @@ class ReplicaManager:
         if p.leader_state.maybe_increment_high_watermark(t, self.settings.replica_lag_time_max_ms):
             p.log.update_high_watermark(p.leader_state.high_watermark)
         log.info("%s-%d: became leader at epoch %d, isr %s, log end %d, high watermark %d",
-                 p.topic, p.partition, p.leader_epoch, list(p.isr), p.log.log_end_offset, p.log.high_watermark)
+                 p.topic, p.partition, p.leader_epoch, list(p.isr), p.log.log_end_offset, p.log.high_watermark,
+                 extra=event("became_leader", *p.tp, leader_epoch=p.leader_epoch))
 
     def _make_follower(self, p: Partition, leader: pb.BrokerEndpoint | None) -> None:
         p.leader_state = None
@@ -166,7 +168,8 @@ class ReplicaManager:
             log.info("%s-%d: follower at epoch %d with no live leader", p.topic, p.partition, p.leader_epoch)
             return
         log.info("%s-%d: became follower of %d at epoch %d, log end %d", p.topic, p.partition, p.leader_id,
-                 p.leader_epoch, p.log.log_end_offset)
+                 p.leader_epoch, p.log.log_end_offset, extra=event("became_follower", *p.tp,
+                                                                    leader_epoch=p.leader_epoch))
         self.fetcher_manager.add_partition(p, leader)
 
     def _set_isr(self, p: Partition, isr: tuple[int, ...], zk_version: int) -> None:
@@ -465,7 +468,7 @@ class ReplicaManager:
             return
         if version is None:
             log.info("%s-%d: ISR update to %s refused (zk_version %d is stale): this leader was deposed",
-                     p.topic, p.partition, list(new_isr), expected_version)
+                     p.topic, p.partition, list(new_isr), expected_version, extra=event("isr_update_fenced", *p.tp))
             st.on_isr_write_failed()
             return
         grew = len(new_isr) > len(p.isr)
@@ -474,7 +477,7 @@ class ReplicaManager:
         else:
             self.isr_shrinks += 1
         log.info("%s-%d: ISR %s -> %s at zk_version %d (%s)", p.topic, p.partition, list(p.isr), list(new_isr),
-                 version, reason)
+                 version, reason, extra=event("isr_expand" if grew else "isr_shrink", *p.tp))
         self._set_isr(p, new_isr, version)
         try:
             await asyncio.to_thread(self.zk.create_isr_change_notification, [TopicPartitionId(p.topic, p.partition)])

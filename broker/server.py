@@ -16,9 +16,12 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 from kazoo.protocol.states import KazooState
 
 from broker.admin import AdminManager, validate_topic_name
@@ -27,6 +30,7 @@ from broker.fetcher import FetcherSettings, ReplicaFetcherManager
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
+from broker.observability import BrokerMetrics, EventBuffer
 from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
 from controller.controller import ControllerSettings, KafkaController
 from controller.zk_client import BrokerIdInUseError, KafkaZkClient
@@ -38,6 +42,7 @@ from proto.zk_data import BrokerRegistration, ConfigChangesZNode
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
+R = TypeVar("R")
 
 
 class KafkaServer:
@@ -54,6 +59,9 @@ class KafkaServer:
         self._session_lost = threading.Event()
         self._seen_config_changes: set[str] = set()
         self.registered = asyncio.Event()
+        # Recent cluster events seen by this broker (log records tagged with an "event").
+        self.events = EventBuffer()
+        logging.getLogger().addHandler(self.events)
 
     # ------------------------------------------------------------ start-up
 
@@ -89,7 +97,20 @@ class KafkaServer:
             leader_imbalance_check_interval_seconds=cfg.leader_imbalance_check_interval_seconds,
             request_timeout_ms=min(cfg.controller_socket_timeout_ms, cfg.request_timeout_ms)), self.zk)
 
+        self.metrics = BrokerMetrics(self)
+        if cfg.metrics_port >= 0:
+            port = self.metrics.serve(cfg.metrics_host, cfg.metrics_port)
+            log.info("broker %d: metrics on http://%s:%d/metrics", self.broker_id, cfg.metrics_host, port)
+
         self.grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
+        # Health (NOT_SERVING until the logs are recovered and the broker is registered) and reflection,
+        # so that grpcurl and container health checks work without our .proto files.
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        reflection.enable_server_reflection([
+            pb.DESCRIPTOR.services_by_name[name].full_name for name in ("KafkaApi", "BrokerControl", "ControllerApi")
+        ] + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], self.grpc_server)
         pb_grpc.add_KafkaApiServicer_to_server(KafkaApiServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
         pb_grpc.add_BrokerControlServicer_to_server(BrokerControlServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
         pb_grpc.add_ControllerApiServicer_to_server(ControllerApiServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
@@ -100,6 +121,7 @@ class KafkaServer:
         await self.grpc_server.start()
 
         await self._register()
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self.zk.add_state_listener(self._on_zk_state)
         self.controller.start()
         self.zk.zk.ChildrenWatch(ConfigChangesZNode.PATH, self._on_config_changes_watch)
@@ -133,6 +155,10 @@ class KafkaServer:
         self.registered.set()
         log.info("broker %d registered at /brokers/ids/%d (broker epoch %d)", self.broker_id, self.broker_id,
                  self.broker_epoch)
+
+    async def _set_health(self, status: Any) -> None:
+        for service in ("", "minikafka.v1.KafkaApi"):
+            await self.health.set(service, status)
 
     def _on_zk_state(self, state: KazooState) -> None:
         """kazoo's thread: record session loss; re-register once a new session is up."""
@@ -241,6 +267,30 @@ class KafkaServer:
                                   isr=info.isr, offline_replicas=info.offline_replicas)
         return resp
 
+    def handle_describe_replicas(self, req: pb.DescribeReplicasRequest) -> pb.DescribeReplicasResponse:
+        rm = self.replica_manager
+        t = now_ms()
+        resp = pb.DescribeReplicasResponse(broker_id=self.broker_id, is_controller=self.controller.active,
+                                           controller_epoch=max(rm.controller_epoch, self.controller.ctx.epoch))
+        wanted = set(req.topics)
+        for (topic, part), p in sorted(rm.partitions.items()):
+            if wanted and topic not in wanted:
+                continue
+            lg = p.log
+            r = resp.replicas.add(topic=topic, partition=part, is_leader=p.is_leader, leader=p.leader_id,
+                                  leader_epoch=p.leader_epoch, log_start_offset=lg.log_start_offset,
+                                  log_end_offset=lg.log_end_offset, high_watermark=lg.high_watermark,
+                                  replicas=p.replicas, isr=p.isr, size_bytes=lg.size, segments=len(lg.segments))
+            if p.leader_state is not None:
+                for fid, prog in sorted(p.leader_state.followers.items()):
+                    r.followers.add(broker_id=fid, log_end_offset=prog.log_end_offset,
+                                    last_caught_up_ms_ago=t - prog.last_caught_up_time_ms
+                                    if prog.last_caught_up_time_ms else -1)
+        for ev in self.events.latest(req.max_events):
+            resp.events.add(timestamp_ms=ev.timestamp_ms, broker_id=self.broker_id, kind=ev.kind, topic=ev.topic,
+                            partition=ev.partition, detail=ev.detail)
+        return resp
+
     async def handle_controlled_shutdown(self, req: pb.ControlledShutdownRequest) -> pb.ControlledShutdownResponse:
         fut = self.controller.submit_controlled_shutdown(req.broker_id, req.broker_epoch)
         return await asyncio.wrap_future(fut)
@@ -284,6 +334,7 @@ class KafkaServer:
             return
         self._stopping = True
         log.info("broker %d: shutting down", self.broker_id)
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         if controlled and self.registered.is_set():
             await self.controlled_shutdown()
         for t in list(self._tasks):
@@ -300,40 +351,76 @@ class KafkaServer:
 # ------------------------------------------------------------------ gRPC servicers (thin)
 
 
+def _partition_errors(resp: Any) -> list[int]:
+    """Every non-zero partition (or topic) error code in a response, for the error counters."""
+    codes = []
+    for t in getattr(resp, "topics", ()):
+        for p in getattr(t, "partitions", ()):
+            if p.error_code:
+                codes.append(p.error_code)
+        if getattr(t, "error_code", 0) and not getattr(t, "partitions", ()):
+            codes.append(t.error_code)
+    return codes
+
+
 class KafkaApiServicer(pb_grpc.KafkaApiServicer):
     def __init__(self, server: KafkaServer) -> None:
         self.s = server
 
+    async def _measured(self, api: str, call: Awaitable[R]) -> R:
+        m = self.s.metrics.requests
+        start = time.perf_counter()
+        resp = await call
+        m.latency.labels(api).observe(time.perf_counter() - start)
+        m.requests.labels(api).inc()
+        for code in _partition_errors(resp):
+            m.errors.labels(api, E.Name(code)).inc()
+        return resp
+
     async def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
-        return await self.s.handle_metadata(request)
+        return await self._measured("Metadata", self.s.handle_metadata(request))
 
     async def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
-        return await self.s.replica_manager.handle_produce(request)
+        self.s.metrics.requests.bytes_in.inc(sum(len(p.records) for t in request.topics for p in t.partitions))
+        return await self._measured("Produce", self.s.replica_manager.handle_produce(request))
 
     async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
-        return await self.s.replica_manager.handle_fetch(request)
+        resp = await self._measured("Fetch" if request.replica_id < 0 else "FollowerFetch",
+                                    self.s.replica_manager.handle_fetch(request))
+        self.s.metrics.requests.bytes_out.inc(sum(len(p.records) for t in resp.topics for p in t.partitions))
+        return resp
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
-        return self.s.replica_manager.handle_list_offsets(request)
+        return await self._measured("ListOffsets", _now(self.s.replica_manager.handle_list_offsets(request)))
 
     async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
                                     context: Any) -> pb.OffsetsForLeaderEpochResponse:
-        return self.s.replica_manager.handle_offsets_for_leader_epoch(request)
+        return await self._measured("OffsetsForLeaderEpoch",
+                                    _now(self.s.replica_manager.handle_offsets_for_leader_epoch(request)))
 
     async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Any) -> pb.CreateTopicsResponse:
-        return await self.s.admin.create_topics(request)
+        return await self._measured("CreateTopics", self.s.admin.create_topics(request))
 
     async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Any) -> pb.DeleteTopicsResponse:
-        return await self.s.admin.delete_topics(request)
+        return await self._measured("DeleteTopics", self.s.admin.delete_topics(request))
 
     async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> pb.DescribeConfigsResponse:
-        return await self.s.admin.describe_configs(request)
+        return await self._measured("DescribeConfigs", self.s.admin.describe_configs(request))
 
     async def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Any) -> pb.AlterConfigsResponse:
-        return await self.s.admin.alter_configs(request)
+        return await self._measured("AlterConfigs", self.s.admin.alter_configs(request))
 
     async def InitProducerId(self, request: pb.InitProducerIdRequest, context: Any) -> pb.InitProducerIdResponse:
-        return await self.s.admin.init_producer_id(request)
+        return await self._measured("InitProducerId", self.s.admin.init_producer_id(request))
+
+    async def DescribeReplicas(self, request: pb.DescribeReplicasRequest,
+                               context: Any) -> pb.DescribeReplicasResponse:
+        return await self._measured("DescribeReplicas", _now(self.s.handle_describe_replicas(request)))
+
+
+async def _now(value: R) -> R:
+    """Await-able wrapper for handlers that answer synchronously."""
+    return value
 
 
 class BrokerControlServicer(pb_grpc.BrokerControlServicer):

@@ -22,11 +22,12 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     from broker import main as broker_main
-    from client import local_cluster, storage_demo, tools
+    from client import local_cluster, storage_demo, tools, top
 
     broker_main.add_parser(sub)
     local_cluster.add_parser(sub)
     tools.add_parsers(sub)
+    top.add_parser(sub)
     storage_demo.add_parser(sub)
     return parser
 

@@ -171,6 +171,11 @@ class BrokerProc:
     pid: int = -1
     config: str = ""
     log: str = ""
+    metrics_port: int = -1
+
+    @property
+    def metrics_address(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics" if self.metrics_port > 0 else ""
 
     @property
     def address(self) -> str:
@@ -237,7 +242,7 @@ class LocalCluster:
             connect, zk_pid = self.zk.connect, self.zk.pid
         self.state = ClusterState(str(self.dir), connect, zk_pid, str(self.dir / "zookeeper"))
         for i in range(1, brokers + 1):
-            self.state.brokers[i] = BrokerProc(i, free_port())
+            self.state.brokers[i] = BrokerProc(i, free_port(), metrics_port=free_port())
             self._write_config(self.state.brokers[i], brokers)
         self.state.save()
         for b in self.state.brokers.values():
@@ -260,6 +265,7 @@ class LocalCluster:
             "num.partitions": "1",
             "default.replication.factor": str(min(3, n)),
             "controlled.shutdown.retry.backoff.ms": "500",
+            "metrics.port": str(b.metrics_port),
         }
         props.update(self.overrides)
         cfg = bdir / "server.properties"
@@ -411,7 +417,7 @@ class LocalCluster:
             "controller_epoch": view["controller_epoch"] if view else 0,
             "bootstrap_servers": state.bootstrap_servers,
             "brokers": [{"id": b.broker_id, "address": b.address, "pid": b.pid, "alive": pid_alive(b.pid),
-                         "registered": b.broker_id in registered, "log": b.log}
+                         "registered": b.broker_id in registered, "log": b.log, "metrics": b.metrics_address}
                         for _, b in sorted(state.brokers.items())],
         }
 
@@ -483,7 +489,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         view = cluster.zk_view()
         print(f"ZooKeeper: {state.zookeeper_connect}")
         for _, b in sorted(state.brokers.items()):
-            print(f"broker {b.broker_id}: {b.address} (pid {b.pid}, log {b.log})")
+            print(f"broker {b.broker_id}: {b.address} (pid {b.pid}, metrics {b.metrics_address}, log {b.log})")
         print(f"controller: broker {view['controller']} (controller epoch {view['controller_epoch']})")
         print(f"bootstrap servers: {state.bootstrap_servers}")
 

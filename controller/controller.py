@@ -319,7 +319,8 @@ class KafkaController:
         epoch, version = self.zk.increment_controller_epoch()
         self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=version)
         self.active = True
-        log.info("broker %d is now the controller, controller epoch %d", self.broker_id, epoch)
+        log.info("broker %d is now the controller, controller epoch %d", self.broker_id, epoch,
+                 extra={"event": "controller_elected", "topic": "", "partition": -1})
         gen = self._generation
         self._watch_children(BrokerIdsZNode.PATH, BrokerChange, gen)
         self._watch_children(TopicsZNode.PATH, TopicChange, gen)
@@ -487,10 +488,12 @@ class KafkaController:
             if outcome.get("unclean"):
                 self.unclean_elections += 1
                 log.warning("controller: UNCLEAN election of %d for %s-%d at leader epoch %d (data may be lost)",
-                            lai.leader, tp[0], tp[1], lai.leader_epoch)
+                            lai.leader, tp[0], tp[1], lai.leader_epoch,
+                            extra={"event": "unclean_election", "topic": tp[0], "partition": tp[1]})
             else:
                 log.info("controller: %s election: %s-%d led by %d at leader epoch %d, isr %s", strategy.value,
-                         tp[0], tp[1], lai.leader, lai.leader_epoch, list(lai.isr))
+                         tp[0], tp[1], lai.leader, lai.leader_epoch, list(lai.isr),
+                         extra={"event": "election", "topic": tp[0], "partition": tp[1]})
         return ok
 
     def _unclean_enabled(self, topic: str) -> bool:
@@ -552,7 +555,8 @@ class KafkaController:
 
         if not self._change_leadership(tp, compute, batch):
             self._transition(tp, PartitionState.OFFLINE)
-        log.warning("controller: %s-%d is offline: no in-sync replica is alive", tp[0], tp[1])
+        log.warning("controller: %s-%d is offline: no in-sync replica is alive", tp[0], tp[1],
+                    extra={"event": "offline", "topic": tp[0], "partition": tp[1]})
 
     # ------------------------------------------------------------ brokers (S9.3, S7.2)
 
@@ -564,7 +568,8 @@ class KafkaController:
         bounced = sorted(b for b in set(current) & set(ctx.live_brokers) if current[b].epoch != ctx.live_brokers[b].epoch)
         if not (new or dead or bounced):
             return
-        log.info("controller: brokers new %s, dead %s, bounced %s", new, dead, bounced)
+        log.info("controller: brokers new %s, dead %s, bounced %s", new, dead, bounced,
+                 extra={"event": "broker_change", "topic": "", "partition": -1})
         if dead or bounced:
             self._on_broker_failure(dead + bounced)
         if new or bounced:

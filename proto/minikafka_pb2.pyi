@@ -818,3 +818,81 @@ class ControlledShutdownResponse(_message.Message):
     error_code: ErrorCode
     remaining_partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
     def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., remaining_partitions: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ...) -> None: ...
+
+class DescribeReplicasRequest(_message.Message):
+    __slots__ = ("topics", "max_events")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MAX_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    max_events: int
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., max_events: _Optional[int] = ...) -> None: ...
+
+class FollowerState(_message.Message):
+    __slots__ = ("broker_id", "log_end_offset", "last_caught_up_ms_ago")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_CAUGHT_UP_MS_AGO_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    log_end_offset: int
+    last_caught_up_ms_ago: int
+    def __init__(self, broker_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., last_caught_up_ms_ago: _Optional[int] = ...) -> None: ...
+
+class ReplicaState(_message.Message):
+    __slots__ = ("topic", "partition", "is_leader", "leader", "leader_epoch", "log_start_offset", "log_end_offset", "high_watermark", "replicas", "isr", "size_bytes", "segments", "followers")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    IS_LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    is_leader: bool
+    leader: int
+    leader_epoch: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    isr: _containers.RepeatedScalarFieldContainer[int]
+    size_bytes: int
+    segments: int
+    followers: _containers.RepeatedCompositeFieldContainer[FollowerState]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., is_leader: _Optional[bool] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., size_bytes: _Optional[int] = ..., segments: _Optional[int] = ..., followers: _Optional[_Iterable[_Union[FollowerState, _Mapping]]] = ...) -> None: ...
+
+class ClusterEvent(_message.Message):
+    __slots__ = ("timestamp_ms", "broker_id", "kind", "topic", "partition", "detail")
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    timestamp_ms: int
+    broker_id: int
+    kind: str
+    topic: str
+    partition: int
+    detail: str
+    def __init__(self, timestamp_ms: _Optional[int] = ..., broker_id: _Optional[int] = ..., kind: _Optional[str] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class DescribeReplicasResponse(_message.Message):
+    __slots__ = ("broker_id", "replicas", "events", "is_controller", "controller_epoch")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    IS_CONTROLLER_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaState]
+    events: _containers.RepeatedCompositeFieldContainer[ClusterEvent]
+    is_controller: bool
+    controller_epoch: int
+    def __init__(self, broker_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaState, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[ClusterEvent, _Mapping]]] = ..., is_controller: _Optional[bool] = ..., controller_epoch: _Optional[int] = ...) -> None: ...

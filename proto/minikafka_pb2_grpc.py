@@ -86,6 +86,11 @@ class KafkaApiStub:
                 request_serializer=proto_dot_minikafka__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=proto_dot_minikafka__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.DescribeReplicas = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/DescribeReplicas',
+                request_serializer=proto_dot_minikafka__pb2.DescribeReplicasRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.DescribeReplicasResponse.FromString,
+                _registered_method=True)
 
 
 class KafkaApiServicer:
@@ -153,6 +158,13 @@ class KafkaApiServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeReplicas(self, request, context):
+        """Each replica's LEO and HW on this broker, the leader's view of its followers, recent events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KafkaApiServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -205,6 +217,11 @@ def add_KafkaApiServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=proto_dot_minikafka__pb2.InitProducerIdRequest.FromString,
                     response_serializer=proto_dot_minikafka__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'DescribeReplicas': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeReplicas,
+                    request_deserializer=proto_dot_minikafka__pb2.DescribeReplicasRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.DescribeReplicasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -479,6 +496,33 @@ class KafkaApi:
             '/minikafka.v1.KafkaApi/InitProducerId',
             proto_dot_minikafka__pb2.InitProducerIdRequest.SerializeToString,
             proto_dot_minikafka__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/DescribeReplicas',
+            proto_dot_minikafka__pb2.DescribeReplicasRequest.SerializeToString,
+            proto_dot_minikafka__pb2.DescribeReplicasResponse.FromString,
             options,
             channel_credentials,
             insecure,

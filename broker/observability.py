@@ -1,0 +1,175 @@
+"""What a running broker tells the outside: Prometheus metrics, structured logs, recent events.
+
+Metrics are read from the broker's state when scraped (a custom collector),
+so the hot path pays only for per-request counters and one latency
+observation per RPC - never per record. Names follow Kafka's JMX health set
+(``kafka_server_replicamanager_underreplicatedpartitions``,
+``kafka_controller_kafkacontroller_activecontrollercount``, ...) plus
+per-partition gauges for the log (LEO, HW, leader epoch, size, segments).
+
+Events (leadership changes, ISR changes, truncations, elections, fencing
+refusals) are ordinary INFO log records carrying ``extra={"event": kind,
+"topic": ..., "partition": ...}``; ``EventBuffer`` keeps the latest of them for
+DescribeReplicas / ``minikafka top``, and ``JsonFormatter`` writes every log
+record as one JSON line (``--log-format json``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from broker.server import KafkaServer
+
+
+def event(kind: str, topic: str = "", partition: int = -1, **fields: Any) -> dict[str, Any]:
+    """The ``extra`` of a log call that is also a cluster event."""
+    return {"event": kind, "topic": topic, "partition": partition, **fields}
+
+
+@dataclass(frozen=True)
+class Event:
+    timestamp_ms: int
+    kind: str
+    topic: str
+    partition: int
+    detail: str
+
+
+class EventBuffer(logging.Handler):
+    def __init__(self, capacity: int = 500) -> None:
+        super().__init__(level=logging.INFO)
+        self.events: deque[Event] = deque(maxlen=capacity)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        kind = getattr(record, "event", None)
+        if kind:
+            self.events.append(Event(int(record.created * 1000), str(kind), str(getattr(record, "topic", "")),
+                                     int(getattr(record, "partition", -1)), record.getMessage()))
+
+    def latest(self, n: int) -> list[Event]:
+        return list(self.events)[-n:] if n > 0 else []
+
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, broker_id: int) -> None:
+        super().__init__()
+        self.broker_id = broker_id
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "broker": self.broker_id,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+class RequestMetrics:
+    """Per-API request counters, error counts by code and latency histograms."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter("minikafka_requests", "Requests handled, by API", ["api"], registry=registry)
+        self.errors = Counter("minikafka_request_errors", "Partition-level errors returned, by API and code",
+                              ["api", "code"], registry=registry)
+        self.latency = Histogram("minikafka_request_latency_seconds", "Request handling time, by API", ["api"],
+                                 registry=registry,
+                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self.bytes_in = Counter("kafka_server_brokertopicmetrics_bytesin", "Record bytes produced to this broker",
+                                registry=registry)
+        self.bytes_out = Counter("kafka_server_brokertopicmetrics_bytesout", "Record bytes fetched from this broker",
+                                 registry=registry)
+
+
+class BrokerCollector(Collector):
+    """Gauges computed from the broker's state at scrape time."""
+
+    def __init__(self, server: KafkaServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Any]:
+        s = self.server
+        rm = getattr(s, "replica_manager", None)
+        ctrl = getattr(s, "controller", None)
+        if rm is None or ctrl is None:
+            return
+        partitions = list(rm.partitions.values())
+        led = [p for p in partitions if p.is_leader]
+        under = sum(1 for p in led if len(p.isr) < len(p.replicas))
+        yield GaugeMetricFamily("kafka_server_replicamanager_underreplicatedpartitions",
+                                "Partitions led here whose ISR is smaller than their replica set", value=under)
+        yield GaugeMetricFamily("kafka_server_replicamanager_leadercount", "Partitions led by this broker",
+                                value=len(led))
+        yield GaugeMetricFamily("kafka_server_replicamanager_partitioncount", "Replicas hosted by this broker",
+                                value=len(partitions))
+        yield CounterMetricFamily("kafka_server_replicamanager_isrshrinks", "ISR shrinks made by this broker",
+                                  value=rm.isr_shrinks)
+        yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "ISR expands made by this broker",
+                                  value=rm.isr_expands)
+        active = 1 if ctrl.active else 0
+        offline = 0
+        if ctrl.active:
+            offline = sum(1 for st in list(ctrl.ctx.leadership.values()) if st.leader_and_isr.leader < 0)
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount",
+                                "1 on the active controller, 0 elsewhere", value=active)
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
+                                "Partitions without a leader (reported by the active controller)", value=offline)
+        yield GaugeMetricFamily("kafka_controller_controller_epoch", "Controller epoch this broker last saw",
+                                value=max(rm.controller_epoch, ctrl.ctx.epoch))
+        yield CounterMetricFamily("kafka_controller_controllerstats_uncleanleaderelections",
+                                  "Unclean leader elections made by this controller", value=ctrl.unclean_elections)
+        purgatory = GaugeMetricFamily("minikafka_purgatory_size", "Delayed operations waiting",
+                                      labels=["purgatory"])
+        purgatory.add_metric(["fetch"], len(rm.fetch_purgatory))
+        purgatory.add_metric(["produce"], len(rm.produce_purgatory))
+        yield purgatory
+        labels = ["topic", "partition"]
+        gauges = {
+            "minikafka_log_end_offset": GaugeMetricFamily("minikafka_log_end_offset", "Log end offset", labels=labels),
+            "minikafka_high_watermark": GaugeMetricFamily("minikafka_high_watermark", "High watermark", labels=labels),
+            "minikafka_leader_epoch": GaugeMetricFamily("minikafka_leader_epoch", "Leader epoch", labels=labels),
+            "minikafka_log_size_bytes": GaugeMetricFamily("minikafka_log_size_bytes", "Log size", labels=labels),
+            "minikafka_log_segments": GaugeMetricFamily("minikafka_log_segments", "Segments", labels=labels),
+        }
+        for p in partitions:
+            key = [p.topic, str(p.partition)]
+            lg = p.log
+            gauges["minikafka_log_end_offset"].add_metric(key, lg.log_end_offset)
+            gauges["minikafka_high_watermark"].add_metric(key, lg.high_watermark)
+            gauges["minikafka_leader_epoch"].add_metric(key, p.leader_epoch)
+            gauges["minikafka_log_size_bytes"].add_metric(key, lg.size)
+            gauges["minikafka_log_segments"].add_metric(key, len(lg.segments))
+        yield from gauges.values()
+
+
+class BrokerMetrics:
+    def __init__(self, server: KafkaServer) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = RequestMetrics(self.registry)
+        self.registry.register(BrokerCollector(server))
+        self.port = -1
+
+    def serve(self, host: str, port: int) -> int:
+        httpd, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self.port = int(httpd.server_address[1])
+        return self.port

@@ -1,0 +1,162 @@
+"""``minikafka top``: a live view of replication, like the pictures in the design documents.
+
+Every refresh asks each broker for its replicas (DescribeReplicas: LEO, HW,
+leader epoch, the leader's view of its followers, recent events) and the
+cluster for its metadata, then draws per topic-partition each replica's LEO
+and HW as bars against the leader's LEO, ISR membership, the leader and its
+epoch, under-replicated / offline flags, consumer-group lag (when ZooKeeper is
+known) and the latest cluster events. ``--once --output json`` prints one
+snapshot for scripts. Only public RPCs are used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from client.admin import AdminClient
+from client.connection import ClusterView
+from client.local_cluster import ClusterError, ClusterState
+from proto import errors
+from proto import minikafka_pb2 as pb
+
+BAR = 28
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("top", help="live view of partitions, replicas' LEO/HW, ISR, lag and events")
+    p.add_argument("--bootstrap-server", default=None)
+    p.add_argument("--zookeeper", default=None, help="for consumer-group lag (default: the local cluster's)")
+    p.add_argument("--dir", type=Path, default=Path(".minikafka"))
+    p.add_argument("--topic", action="append", default=[], help="only these topics (repeatable)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    p.add_argument("--events", type=int, default=8, help="recent events to show")
+    p.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    p.add_argument("--output", choices=["table", "json"], default="table")
+    p.set_defaults(func=run)
+
+
+def snapshot(view: ClusterView, topics: list[str], max_events: int, zookeeper: str | None) -> dict[str, Any]:
+    md = view.refresh(topics or None)
+    brokers = {b.broker_id: f"{b.host}:{b.port}" for b in md.brokers}
+    states: dict[tuple[str, int], dict[int, pb.ReplicaState]] = {}
+    events: list[dict[str, Any]] = []
+    alive: dict[int, bool] = {}
+    for bid, address in sorted(brokers.items()):
+        try:
+            resp = view.connection(address).api.DescribeReplicas(
+                pb.DescribeReplicasRequest(topics=topics, max_events=max_events), timeout=2)
+        except grpc.RpcError:
+            alive[bid] = False
+            continue
+        alive[bid] = True
+        for r in resp.replicas:
+            states.setdefault((r.topic, r.partition), {})[bid] = r
+        events += [{"ts": e.timestamp_ms, "broker": e.broker_id, "kind": e.kind, "topic": e.topic,
+                    "partition": e.partition, "detail": e.detail} for e in resp.events]
+    partitions = []
+    for t in sorted(md.topics, key=lambda t: t.name):
+        if topics and t.name not in topics:
+            continue
+        for p in sorted(t.partitions, key=lambda p: p.partition):
+            per = states.get((t.name, p.partition), {})
+            leader_state = per.get(p.leader)
+            leader_leo = leader_state.log_end_offset if leader_state else -1
+            known = {f.broker_id: f.log_end_offset for f in leader_state.followers} if leader_state else {}
+            replicas = []
+            for r in p.replicas:
+                st = per.get(r)
+                replicas.append({
+                    "broker": r, "alive": alive.get(r, False) and st is not None, "in_isr": r in p.isr,
+                    "leo": st.log_end_offset if st else -1, "hw": st.high_watermark if st else -1,
+                    "leader_view_leo": known.get(r, leader_leo if r == p.leader else -1),
+                })
+            partitions.append({
+                "topic": t.name, "partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                "replicas": list(p.replicas), "isr": list(p.isr), "high_watermark":
+                    leader_state.high_watermark if leader_state else -1,
+                "log_end_offset": leader_leo, "under_replicated": len(p.isr) < len(p.replicas),
+                "offline": p.leader < 0, "replica_state": replicas,
+            })
+    groups: list[dict[str, Any]] = []
+    if zookeeper:
+        try:
+            with AdminClient(view.bootstrap, zookeeper_connect=zookeeper) as admin:
+                for g in admin.list_groups():
+                    rows = admin.describe_group(g)
+                    groups.append({"group": g, "lag": sum(r.lag or 0 for r in rows),
+                                   "partitions": len(rows)})
+        except (errors.KafkaError, Exception):
+            groups = []
+    events.sort(key=lambda e: e["ts"])
+    return {"time_ms": int(time.time() * 1000), "controller": md.controller_id,
+            "controller_epoch": md.controller_epoch,
+            "brokers": [{"id": b, "address": a, "alive": alive.get(b, False)} for b, a in sorted(brokers.items())],
+            "partitions": partitions, "groups": groups, "events": events[-max_events:] if max_events else []}
+
+
+def _bar(value: int, scale: int) -> str:
+    if value < 0:
+        return " " * BAR
+    filled = BAR if scale <= 0 else min(BAR, round(BAR * value / scale))
+    return "█" * filled + "·" * (BAR - filled)
+
+
+def render(snap: dict[str, Any]) -> str:
+    lines = [f"minikafka top — controller {snap['controller']} (epoch {snap['controller_epoch']})   brokers: "
+             + "  ".join(f"{b['id']}{'' if b['alive'] else ' (DOWN)'}" for b in snap["brokers"]), ""]
+    for p in snap["partitions"]:
+        flags = " ".join(f for f, on in (("OFFLINE", p["offline"]), ("UNDER-REPLICATED", p["under_replicated"]))
+                         if on)
+        lines.append(f"{p['topic']}-{p['partition']}  leader {p['leader']}  epoch {p['leader_epoch']}  "
+                     f"HW {p['high_watermark']}  LEO {p['log_end_offset']}  ISR {p['isr']}  {flags}")
+        scale = max([p["log_end_offset"]] + [r["leo"] for r in p["replica_state"]])
+        for r in p["replica_state"]:
+            role = "leader  " if r["broker"] == p["leader"] else ("in ISR  " if r["in_isr"] else "OUT     ")
+            state = "" if r["alive"] else "  (down)"
+            lines.append(f"   {r['broker']:>3} {role} LEO {_bar(r['leo'], scale)} {r['leo']:>8}   "
+                         f"HW {r['hw']:>8}{state}")
+        lines.append("")
+    if snap["groups"]:
+        lines.append("consumer groups: " + "  ".join(f"{g['group']} lag {g['lag']}" for g in snap["groups"]))
+        lines.append("")
+    if snap["events"]:
+        lines.append("recent events:")
+        for e in snap["events"]:
+            ts = time.strftime("%H:%M:%S", time.localtime(e["ts"] / 1000))
+            lines.append(f"  {ts} broker {e['broker']} {e['kind']:<18} {e['detail']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    bootstrap = args.bootstrap_server
+    zookeeper = args.zookeeper
+    if not bootstrap or not zookeeper:
+        try:
+            state = ClusterState.load(args.dir)
+            bootstrap = bootstrap or state.bootstrap_servers
+            zookeeper = zookeeper or state.zookeeper_connect
+        except ClusterError:
+            if not bootstrap:
+                raise errors.InvalidRequestError(f"no --bootstrap-server and no local cluster in {args.dir}") from None
+    view = ClusterView(bootstrap, timeout_s=3)
+    try:
+        while True:
+            snap = snapshot(view, args.topic, args.events, zookeeper)
+            text = json.dumps(snap, indent=2) if args.output == "json" else render(snap)
+            if args.once:
+                print(text)
+                return 0
+            sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
+            sys.stdout.flush()
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        view.close()
