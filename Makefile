@@ -5,9 +5,9 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 PYTEST_ARGS ?=
 
-.PHONY: setup venv proto zookeeper lint typecheck test unit integration quickstart bench clean
+.PHONY: setup venv proto system-packages lint typecheck test unit integration quickstart bench clean
 
-setup: venv proto zookeeper
+setup: venv proto system-packages
 
 # Reinstall only when the dependency list changed (idempotent).
 venv: $(VENV)/.installed
@@ -22,8 +22,8 @@ $(VENV)/.installed: pyproject.toml
 proto: $(VENV)/.installed
 	$(PY) -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. proto/minikafka.proto
 
-zookeeper:
-	bash scripts/ensure-zookeeper.sh
+system-packages:
+	bash scripts/ensure-system-packages.sh
 
 lint: setup
 	$(BIN)/ruff check .

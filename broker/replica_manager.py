@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 E = pb.ErrorCode
+# Kafka's DebuggingConsumerId: a fetch that may read a follower's replica.
+DEBUGGING_REPLICA_ID = -2
 
 
 def now_ms() -> int:
@@ -297,6 +299,8 @@ class ReplicaManager:
     # ------------------------------------------------------------ fetch
 
     async def handle_fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
+        if req.replica_id == DEBUGGING_REPLICA_ID:
+            return self._read_any_replica(req)
         follower = req.replica_id >= 0
         tps = [(t.name, fp.partition) for t in req.topics for fp in t.partitions]
         if follower:
@@ -368,6 +372,30 @@ class ReplicaManager:
                 total += len(data)
                 budget -= len(data)
         return resp, total, has_error
+
+    def _read_any_replica(self, req: pb.FetchRequest) -> pb.FetchResponse:
+        """replica_id -2 (Kafka's debugging consumer): read this broker's replica, leader or follower,
+        up to its LEO - what the replica verification tool compares. Never waits."""
+        resp = pb.FetchResponse(error_code=E.NONE)
+        for td in req.topics:
+            tr = resp.topics.add(name=td.name)
+            for fp in td.partitions:
+                pr = tr.partitions.add(partition=fp.partition, high_watermark=-1, last_stable_offset=-1,
+                                       log_start_offset=-1, log_end_offset=-1)
+                p = self.partitions.get((td.name, fp.partition))
+                if p is None:
+                    pr.error_code = E.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                lg = p.log
+                pr.leader_epoch = p.leader_epoch
+                pr.high_watermark = lg.high_watermark
+                pr.log_start_offset = lg.log_start_offset
+                pr.log_end_offset = lg.log_end_offset
+                try:
+                    pr.records = lg.read(fp.fetch_offset, fp.partition_max_bytes or (1 << 20))
+                except errors.KafkaError as e:
+                    pr.error_code = e.wire_code
+        return resp
 
     def _check_leader_epoch(self, p: Partition, current_leader_epoch: int) -> None:
         if current_leader_epoch < 0:

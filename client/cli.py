@@ -16,24 +16,25 @@ import grpc
 from proto.errors import KafkaError
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minikafka", description="A Kafka-style broker cluster on ZooKeeper.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     from broker import main as broker_main
-    from client import local_cluster, storage_demo, tools, top
+    from client import local_cluster, storage_demo, tools, top, verify_replicas
 
     broker_main.add_parser(sub)
     local_cluster.add_parser(sub)
     tools.add_parsers(sub)
     top.add_parser(sub)
+    verify_replicas.add_parser(sub)
     storage_demo.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _build_parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         rc: int = args.func(args)

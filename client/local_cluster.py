@@ -213,6 +213,20 @@ class ClusterState:
         return cls(brokers=brokers, **data)
 
 
+def broker_properties(b: BrokerProc, zookeeper_connect: str, data_dir: Path, brokers: int) -> dict[str, str]:
+    """The broker configs a local cluster runs with (docker-compose.yml sets the same keys)."""
+    return {
+        "broker.id": str(b.broker_id),
+        "listeners": f"PLAINTEXT://127.0.0.1:{b.port}",
+        "zookeeper.connect": zookeeper_connect,
+        "zookeeper.session.timeout.ms": "6000",
+        "log.dirs": str(data_dir),
+        "default.replication.factor": str(min(3, brokers)),
+        "metrics.port": str(b.metrics_port),
+        "controlled.shutdown.retry.backoff.ms": "500",
+    }
+
+
 class LocalCluster:
     """ZooKeeper + brokers under one directory. Used by the CLI and by the integration tests."""
 
@@ -256,17 +270,7 @@ class LocalCluster:
         bdir = self.dir / f"broker-{b.broker_id}"
         bdir.mkdir(parents=True, exist_ok=True)
         assert self.state is not None
-        props = {
-            "broker.id": str(b.broker_id),
-            "listeners": f"PLAINTEXT://127.0.0.1:{b.port}",
-            "zookeeper.connect": self.state.zookeeper_connect,
-            "zookeeper.session.timeout.ms": "6000",
-            "log.dirs": str(bdir / "data"),
-            "num.partitions": "1",
-            "default.replication.factor": str(min(3, n)),
-            "controlled.shutdown.retry.backoff.ms": "500",
-            "metrics.port": str(b.metrics_port),
-        }
+        props = broker_properties(b, self.state.zookeeper_connect, bdir / "data", n)
         props.update(self.overrides)
         cfg = bdir / "server.properties"
         cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -326,6 +330,11 @@ class LocalCluster:
         b = self.broker(broker_id)
         if pid_alive(b.pid):
             raise ClusterError(f"broker {broker_id} is already running (pid {b.pid})")
+        # After a kill -9 its znode lives until the ZooKeeper session expires; wait for that, so
+        # that "registered" afterwards means the new process (the broker would wait too).
+        deadline = time.monotonic() + 60
+        while broker_id in self.zk_view()["registered"] and time.monotonic() < deadline:
+            time.sleep(0.1)
         self._spawn(b)
         state.save()
 

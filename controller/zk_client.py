@@ -59,6 +59,10 @@ class KafkaZkClient:
                               command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0})
         self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000.0
 
+    def _r(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a kazoo call, retrying ConnectionLoss / OperationTimeout (kazoo's KazooRetry)."""
+        return self.zk.retry(fn, *args, **kwargs)
+
     # ------------------------------------------------------------ session
 
     def start(self) -> None:
@@ -80,14 +84,14 @@ class KafkaZkClient:
 
     def ensure_persistent_paths(self) -> None:
         for path in PERSISTENT_PATHS:
-            self.zk.ensure_path(path)
+            self._r(self.zk.ensure_path, path)
 
     def get_or_create_cluster_id(self, proposed: str) -> str:
         try:
-            self.zk.create(ClusterIdZNode.PATH, ClusterIdZNode.encode(proposed), makepath=True)
+            self._r(self.zk.create, ClusterIdZNode.PATH, ClusterIdZNode.encode(proposed), makepath=True)
         except NodeExistsError:
             pass
-        data, _ = self.zk.get(ClusterIdZNode.PATH)
+        data, _ = self._r(self.zk.get, ClusterIdZNode.PATH)
         return ClusterIdZNode.decode(data)
 
     # ------------------------------------------------------------ brokers
@@ -96,22 +100,22 @@ class KafkaZkClient:
         """Create the ephemeral /brokers/ids/[id]; returns the broker epoch (its czxid)."""
         path = BrokerIdZNode.path(reg.broker_id)
         try:
-            self.zk.create(path, BrokerIdZNode.encode(reg), ephemeral=True, makepath=True)
+            self._r(self.zk.create, path, BrokerIdZNode.encode(reg), ephemeral=True, makepath=True)
         except NodeExistsError:
-            _data, stat = self.zk.get(path)
+            _data, stat = self._r(self.zk.get, path)
             if stat.ephemeralOwner != self.session_id:
                 raise BrokerIdInUseError(
                     f"broker.id {reg.broker_id} is registered by another live broker (session "
                     f"0x{stat.ephemeralOwner:x}); pick another id or stop that broker") from None
-        _data, stat = self.zk.get(path)
+        _data, stat = self._r(self.zk.get, path)
         return int(stat.czxid)
 
     def get_broker_ids(self, watch: Callable[..., Any] | None = None) -> list[int]:
-        return sorted(int(c) for c in self.zk.get_children(BrokerIdsZNode.PATH, watch=watch) if c.isdigit())
+        return sorted(int(c) for c in self._r(self.zk.get_children, BrokerIdsZNode.PATH, watch=watch) if c.isdigit())
 
     def get_broker(self, broker_id: int) -> BrokerRegistration | None:
         try:
-            data, stat = self.zk.get(BrokerIdZNode.path(broker_id))
+            data, stat = self._r(self.zk.get, BrokerIdZNode.path(broker_id))
         except NoNodeError:
             return None
         return BrokerIdZNode.decode(broker_id, data, int(stat.czxid))
@@ -128,30 +132,30 @@ class KafkaZkClient:
 
     def get_controller_id(self) -> int | None:
         try:
-            data, _ = self.zk.get(ControllerZNode.PATH)
+            data, _ = self._r(self.zk.get, ControllerZNode.PATH)
         except NoNodeError:
             return None
         return ControllerZNode.decode(data)
 
     def try_create_controller(self, broker_id: int, now_ms: int) -> bool:
         try:
-            self.zk.create(ControllerZNode.PATH, ControllerZNode.encode(broker_id, now_ms), ephemeral=True)
+            self._r(self.zk.create, ControllerZNode.PATH, ControllerZNode.encode(broker_id, now_ms), ephemeral=True)
             return True
         except NodeExistsError:
             return False
 
     def delete_controller_if_owner(self) -> None:
         try:
-            _data, stat = self.zk.get(ControllerZNode.PATH)
+            _data, stat = self._r(self.zk.get, ControllerZNode.PATH)
             if stat.ephemeralOwner == self.session_id:
-                self.zk.delete(ControllerZNode.PATH, version=stat.version)
+                self._r(self.zk.delete, ControllerZNode.PATH, version=stat.version)
         except (NoNodeError, BadVersionError):
             pass
 
     def get_controller_epoch(self) -> tuple[int, int] | None:
         """(epoch, zk_version), or None before the first controller."""
         try:
-            data, stat = self.zk.get(ControllerEpochZNode.PATH)
+            data, stat = self._r(self.zk.get, ControllerEpochZNode.PATH)
         except NoNodeError:
             return None
         return ControllerEpochZNode.decode(data), int(stat.version)
@@ -161,10 +165,10 @@ class KafkaZkClient:
         current = self.get_controller_epoch()
         try:
             if current is None:
-                self.zk.create(ControllerEpochZNode.PATH, ControllerEpochZNode.encode(1))
+                self._r(self.zk.create, ControllerEpochZNode.PATH, ControllerEpochZNode.encode(1))
                 return 1, 0
             epoch, version = current
-            stat: ZnodeStat = self.zk.set(ControllerEpochZNode.PATH, ControllerEpochZNode.encode(epoch + 1),
+            stat: ZnodeStat = self._r(self.zk.set, ControllerEpochZNode.PATH, ControllerEpochZNode.encode(epoch + 1),
                                           version=version)
             return epoch + 1, int(stat.version)
         except (BadVersionError, NodeExistsError):
@@ -173,47 +177,47 @@ class KafkaZkClient:
     # ------------------------------------------------------------ topics
 
     def get_topics(self, watch: Callable[..., Any] | None = None) -> list[str]:
-        return sorted(self.zk.get_children(TopicsZNode.PATH, watch=watch))
+        return sorted(self._r(self.zk.get_children, TopicsZNode.PATH, watch=watch))
 
     def get_assignment(self, topic: str) -> dict[int, list[int]] | None:
         try:
-            data, _ = self.zk.get(TopicZNode.path(topic))
+            data, _ = self._r(self.zk.get, TopicZNode.path(topic))
         except NoNodeError:
             return None
         return TopicZNode.decode(topic, data)
 
     def topic_exists(self, topic: str) -> bool:
-        return self.zk.exists(TopicZNode.path(topic)) is not None
+        return self._r(self.zk.exists, TopicZNode.path(topic)) is not None
 
     def create_topic(self, topic: str, assignment: dict[int, list[int]], config: dict[str, str]) -> None:
         """Config first, then the assignment the controller watches (S9.4), as Kafka's AdminZkClient."""
-        if self.topic_exists(topic) or self.zk.exists(DeleteTopicsZNode.path(topic)):
+        if self.topic_exists(topic) or self._r(self.zk.exists, DeleteTopicsZNode.path(topic)):
             raise TopicAlreadyExistsError(f"topic {topic!r} already exists")
         self.set_topic_config(topic, config, notify=False)
         try:
-            self.zk.create(TopicZNode.path(topic), TopicZNode.encode(assignment), makepath=True)
+            self._r(self.zk.create, TopicZNode.path(topic), TopicZNode.encode(assignment), makepath=True)
         except NodeExistsError:
             raise TopicAlreadyExistsError(f"topic {topic!r} already exists") from None
 
     def delete_topic_znodes(self, topic: str) -> None:
         for path in (TopicZNode.path(topic), ConfigTopicZNode.path(topic), DeleteTopicsZNode.path(topic)):
             try:
-                self.zk.delete(path, recursive=True)
+                self._r(self.zk.delete, path, recursive=True)
             except NoNodeError:
                 pass
 
     def request_topic_deletion(self, topic: str) -> None:
         try:
-            self.zk.create(DeleteTopicsZNode.path(topic), b"", makepath=True)
+            self._r(self.zk.create, DeleteTopicsZNode.path(topic), b"", makepath=True)
         except NodeExistsError:
             pass
 
     def get_topics_to_delete(self, watch: Callable[..., Any] | None = None) -> list[str]:
-        return sorted(self.zk.get_children(DeleteTopicsZNode.PATH, watch=watch))
+        return sorted(self._r(self.zk.get_children, DeleteTopicsZNode.PATH, watch=watch))
 
     def delete_topic_deletion_request(self, topic: str) -> None:
         try:
-            self.zk.delete(DeleteTopicsZNode.path(topic))
+            self._r(self.zk.delete, DeleteTopicsZNode.path(topic))
         except NoNodeError:
             pass
 
@@ -221,7 +225,7 @@ class KafkaZkClient:
 
     def get_partition_state(self, topic: str, partition: int) -> LeaderIsrAndControllerEpoch | None:
         try:
-            data, stat = self.zk.get(TopicPartitionStateZNode.path(topic, partition))
+            data, stat = self._r(self.zk.get, TopicPartitionStateZNode.path(topic, partition))
         except NoNodeError:
             return None
         return TopicPartitionStateZNode.decode(topic, partition, data, int(stat.version))
@@ -229,7 +233,7 @@ class KafkaZkClient:
     def create_partition_state(self, topic: str, partition: int, state: LeaderIsrAndControllerEpoch) -> int | None:
         """Returns the new zk_version, or None if the state znode already exists."""
         try:
-            self.zk.create(TopicPartitionStateZNode.path(topic, partition),
+            self._r(self.zk.create, TopicPartitionStateZNode.path(topic, partition),
                            TopicPartitionStateZNode.encode(state), makepath=True)
         except NodeExistsError:
             return None
@@ -239,7 +243,7 @@ class KafkaZkClient:
                                expected_version: int) -> int | None:
         """Conditional on ``expected_version``; None when it was stale (a newer writer won)."""
         try:
-            stat = self.zk.set(TopicPartitionStateZNode.path(topic, partition),
+            stat = self._r(self.zk.set, TopicPartitionStateZNode.path(topic, partition),
                                TopicPartitionStateZNode.encode(state), version=expected_version)
         except (BadVersionError, NoNodeError):
             return None
@@ -249,7 +253,7 @@ class KafkaZkClient:
 
     def get_topic_config(self, topic: str) -> dict[str, str]:
         try:
-            data, _ = self.zk.get(ConfigTopicZNode.path(topic))
+            data, _ = self._r(self.zk.get, ConfigTopicZNode.path(topic))
         except NoNodeError:
             return {}
         return ConfigTopicZNode.decode(topic, data)
@@ -257,26 +261,26 @@ class KafkaZkClient:
     def set_topic_config(self, topic: str, config: dict[str, str], notify: bool = True) -> None:
         path = ConfigTopicZNode.path(topic)
         data = ConfigTopicZNode.encode(config)
-        if self.zk.exists(path):
-            self.zk.set(path, data)
+        if self._r(self.zk.exists, path):
+            self._r(self.zk.set, path, data)
         else:
-            self.zk.create(path, data, makepath=True)
+            self._r(self.zk.create, path, data, makepath=True)
         if notify:
-            self.zk.create(ConfigChangesZNode.PREFIX, ConfigChangesZNode.encode(topic), sequence=True,
+            self._r(self.zk.create, ConfigChangesZNode.PREFIX, ConfigChangesZNode.encode(topic), sequence=True,
                            makepath=True)
 
     # ------------------------------------------------------------ admin requests
 
     def get_preferred_replica_election(self) -> list[TopicPartitionId] | None:
         try:
-            data, _ = self.zk.get(PreferredReplicaElectionZNode.PATH)
+            data, _ = self._r(self.zk.get, PreferredReplicaElectionZNode.PATH)
         except NoNodeError:
             return None
         return PreferredReplicaElectionZNode.decode(data)
 
     def create_preferred_replica_election(self, partitions: list[TopicPartitionId]) -> bool:
         try:
-            self.zk.create(PreferredReplicaElectionZNode.PATH, PreferredReplicaElectionZNode.encode(partitions),
+            self._r(self.zk.create, PreferredReplicaElectionZNode.PATH, PreferredReplicaElectionZNode.encode(partitions),
                            makepath=True)
             return True
         except NodeExistsError:
@@ -284,42 +288,42 @@ class KafkaZkClient:
 
     def delete_preferred_replica_election(self) -> None:
         try:
-            self.zk.delete(PreferredReplicaElectionZNode.PATH)
+            self._r(self.zk.delete, PreferredReplicaElectionZNode.PATH)
         except NoNodeError:
             pass
 
     def get_partition_reassignment(self) -> dict[TopicPartitionId, list[int]] | None:
         try:
-            data, _ = self.zk.get(ReassignPartitionsZNode.PATH)
+            data, _ = self._r(self.zk.get, ReassignPartitionsZNode.PATH)
         except NoNodeError:
             return None
         return ReassignPartitionsZNode.decode(data)
 
     def set_assignment(self, topic: str, assignment: dict[int, list[int]]) -> None:
-        self.zk.set(TopicZNode.path(topic), TopicZNode.encode(assignment))
+        self._r(self.zk.set, TopicZNode.path(topic), TopicZNode.encode(assignment))
 
     def set_partition_reassignment(self, reassignment: dict[TopicPartitionId, list[int]]) -> None:
         """Rewrite /admin/reassign_partitions with what is left; delete it when nothing is."""
         try:
             if reassignment:
-                self.zk.set(ReassignPartitionsZNode.PATH, ReassignPartitionsZNode.encode(reassignment))
+                self._r(self.zk.set, ReassignPartitionsZNode.PATH, ReassignPartitionsZNode.encode(reassignment))
             else:
-                self.zk.delete(ReassignPartitionsZNode.PATH)
+                self._r(self.zk.delete, ReassignPartitionsZNode.PATH)
         except NoNodeError:
             pass
 
     def create_isr_change_notification(self, partitions: list[TopicPartitionId]) -> None:
-        self.zk.create(IsrChangeNotificationZNode.PREFIX, IsrChangeNotificationZNode.encode(partitions),
+        self._r(self.zk.create, IsrChangeNotificationZNode.PREFIX, IsrChangeNotificationZNode.encode(partitions),
                        sequence=True, makepath=True)
 
     def pop_isr_change_notifications(self, watch: Callable[..., Any] | None = None) -> list[TopicPartitionId]:
         out: list[TopicPartitionId] = []
-        for child in sorted(self.zk.get_children(IsrChangeNotificationZNode.PATH, watch=watch)):
+        for child in sorted(self._r(self.zk.get_children, IsrChangeNotificationZNode.PATH, watch=watch)):
             path = f"{IsrChangeNotificationZNode.PATH}/{child}"
             try:
-                data, _ = self.zk.get(path)
+                data, _ = self._r(self.zk.get, path)
                 out.extend(IsrChangeNotificationZNode.decode(data))
-                self.zk.delete(path)
+                self._r(self.zk.delete, path)
             except (NoNodeError, NotEmptyError):
                 continue
         return out
@@ -331,17 +335,17 @@ class KafkaZkClient:
         size = ProducerIdBlockZNode.BLOCK_SIZE
         while True:
             try:
-                data, stat = self.zk.get(ProducerIdBlockZNode.PATH)
+                data, stat = self._r(self.zk.get, ProducerIdBlockZNode.PATH)
             except NoNodeError:
                 try:
-                    self.zk.create(ProducerIdBlockZNode.PATH, ProducerIdBlockZNode.encode(broker_id, 0, size - 1))
+                    self._r(self.zk.create, ProducerIdBlockZNode.PATH, ProducerIdBlockZNode.encode(broker_id, 0, size - 1))
                     return 0, size - 1
                 except NodeExistsError:
                     continue
             _start, end = ProducerIdBlockZNode.decode(data)
             new_start, new_end = end + 1, end + size
             try:
-                self.zk.set(ProducerIdBlockZNode.PATH, ProducerIdBlockZNode.encode(broker_id, new_start, new_end),
+                self._r(self.zk.set, ProducerIdBlockZNode.PATH, ProducerIdBlockZNode.encode(broker_id, new_start, new_end),
                             version=stat.version)
                 return new_start, new_end
             except BadVersionError:
