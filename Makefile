@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 PYTEST_ARGS ?=
 
-.PHONY: setup venv proto system-packages lint typecheck test unit integration quickstart bench clean
+.PHONY: setup venv proto system-packages lint typecheck test unit integration quickstart chaos bench clean
 
 setup: venv proto system-packages
 
@@ -43,6 +43,11 @@ integration: setup
 # The README's first command: start something real and show it working.
 quickstart: setup
 	bash scripts/quickstart.sh
+
+# A long soak: random faults (kills, pauses, rolling restarts) under load, then the checker's report.
+DURATION ?= 600
+chaos: setup
+	bash scripts/chaos-soak.sh $(DURATION)
 
 bench: setup
 	$(PY) bench/log_bench.py

@@ -22,13 +22,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     from broker import main as broker_main
-    from client import local_cluster, storage_demo, tools, top, verify_replicas
+    from client import chaos, local_cluster, storage_demo, tools, top, verify_replicas
 
     broker_main.add_parser(sub)
     local_cluster.add_parser(sub)
     tools.add_parsers(sub)
     top.add_parser(sub)
     verify_replicas.add_parser(sub)
+    chaos.add_parser(sub)
     storage_demo.add_parser(sub)
     return parser
 

@@ -33,9 +33,22 @@ class ClusterError(Exception):
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports: all sockets stay bound until every port is picked,
+    so the kernel cannot hand out the same port twice."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            socks.append(s)
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def pid_alive(pid: int) -> bool:
@@ -255,8 +268,9 @@ class LocalCluster:
             self.zk.start()
             connect, zk_pid = self.zk.connect, self.zk.pid
         self.state = ClusterState(str(self.dir), connect, zk_pid, str(self.dir / "zookeeper"))
+        ports = free_ports(2 * brokers)
         for i in range(1, brokers + 1):
-            self.state.brokers[i] = BrokerProc(i, free_port(), metrics_port=free_port())
+            self.state.brokers[i] = BrokerProc(i, ports[2 * i - 2], metrics_port=ports[2 * i - 1])
             self._write_config(self.state.brokers[i], brokers)
         self.state.save()
         for b in self.state.brokers.values():

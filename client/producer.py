@@ -295,6 +295,7 @@ class Producer:
         self._idle = threading.Condition(self._lock)
         self.producer_id = -1
         self.producer_epoch = -1
+        self._resetting_pid = False
 
         self._loop = asyncio.new_event_loop()
         self._wake: asyncio.Event | None = None
@@ -472,6 +473,19 @@ class Producer:
                 pass
             self._wake.clear()
 
+    async def _reset_producer_id(self) -> None:
+        with self._lock:
+            self.producer_id = -1  # the drain assigns no new sequence until the new id is there
+        try:
+            await self._init_producer_id()
+            with self._lock:
+                for pq in self._queues.values():
+                    pq.next_sequence = 0
+        finally:
+            self._resetting_pid = False
+        if self._wake is not None:
+            self._wake.set()
+
     async def _init_producer_id(self) -> None:
         while not self._closed:
             for address in list(self._view.brokers.values()) or self.bootstrap:
@@ -618,6 +632,12 @@ class Producer:
             self._wake.set()
 
     def _finish(self, batch: ProducerBatch, base_offset: int, error: BaseException | None) -> None:
+        if error is not None and self.idempotent and batch.sequence >= 0 and not self._resetting_pid:
+            # The sequence of a batch that was given up is a gap the leader would refuse forever:
+            # start again with a new producer id and fresh sequences (Kafka's idempotent producer
+            # resets its producer id after an unresolved sequence the same way).
+            self._resetting_pid = True
+            self._loop.create_task(self._reset_producer_id())
         with self._lock:
             pq = self._queues.get((batch.topic, batch.partition))
             if pq is not None and batch.attempts > 0:

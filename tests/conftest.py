@@ -1,9 +1,11 @@
-"""Fixtures for integration tests: one real ZooKeeper per session (Debian's package, on a
-loopback port), and per test a fresh chroot in it with real broker processes."""
+"""Fixtures for integration and chaos tests: one real ZooKeeper per session (Debian's package,
+on a loopback port), and per test a fresh chroot in it with real broker processes. Unit tests
+use none of them (each fixture starts only when a test asks for it)."""
 
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ from client.connection import ClusterView
 from client.local_cluster import LocalCluster, ZooKeeperServer
 
 logging.getLogger("kazoo").setLevel(logging.ERROR)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers.py for every test directory
 
 # Short sessions so that failover tests take seconds (ZooKeeper's minimum here is 1000 ms).
 TEST_BROKER_CONFIG = {

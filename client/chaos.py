@@ -1,0 +1,211 @@
+"""Fault injection against a running cluster: the workload, the scenarios, ``minikafka chaos``.
+
+``Workload`` runs producers writing unique values (idempotent, acks=all) at a
+steady rate and records each write's outcome; after the faults heal it reads
+every partition in full. ``client.history.check`` then judges the history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from client.connection import ClusterView
+from client.consumer import Consumer, TopicPartition
+from client.history import FAIL, OK, UNKNOWN, Read, Write, check
+from client.local_cluster import ClusterState, LocalCluster
+from client.producer import Producer
+from client.verify_replicas import verify
+from proto import errors
+from proto import minikafka_pb2 as pb
+
+# Errors after which the write surely did not happen (the broker refused it before appending).
+DEFINITE_FAILURES = frozenset({"NOT_ENOUGH_REPLICAS", "INVALID_REQUIRED_ACKS", "MESSAGE_TOO_LARGE",
+                               "RECORD_LIST_TOO_LARGE", "CORRUPT_MESSAGE", "INVALID_RECORD",
+                               "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_PRODUCER_EPOCH"})
+
+
+class Workload:
+    """Producers writing unique values at a steady rate; then a full read of every partition."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, producers: int = 2, rate: float = 200.0,
+                 retries: int = 2_147_483_647, delivery_timeout_ms: int = 30_000) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.rate = rate
+        self.producer_count = producers
+        self.retries = retries
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.pending: list[tuple[str, int, str, object]] = []
+
+    def start(self) -> None:
+        for n in range(self.producer_count):
+            t = threading.Thread(target=self._produce, args=(f"p{n}",), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _produce(self, name: str) -> None:
+        with Producer(self.bootstrap, acks="all", linger_ms=1, request_timeout_ms=3000,
+                      delivery_timeout_ms=self.delivery_timeout_ms, retries=self.retries,
+                      retry_backoff_ms=50) as producer:
+            i = 0
+            start = time.monotonic()
+            while not self._stop.is_set():
+                value = f"{name}-{i}"
+                partition = i % self.partitions
+                try:
+                    fut: object = producer.send(self.topic, value.encode(), partition=partition)
+                except Exception as e:  # metadata unavailable for a moment: a definite non-write
+                    fut = e
+                self.pending.append((name, partition, value, fut))
+                i += 1
+                ahead = i / self.rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+            try:
+                producer.flush(timeout=self.delivery_timeout_ms / 1000 + 10)
+            except Exception:
+                pass
+
+    def stop(self) -> list[Write]:
+        self._stop.set()
+        for t in self._threads:
+            t.join(self.delivery_timeout_ms / 1000 + 30)
+        writes = []
+        for name, partition, value, fut in self.pending:
+            if isinstance(fut, BaseException):
+                writes.append(Write(name, partition, value, FAIL))
+                continue
+            try:
+                meta = fut.result(timeout=1)  # type: ignore[attr-defined]
+                writes.append(Write(name, partition, value, OK, meta.offset))
+            except errors.KafkaError as e:
+                writes.append(Write(name, partition, value, FAIL if e.name in DEFINITE_FAILURES else UNKNOWN))
+            except Exception:
+                writes.append(Write(name, partition, value, UNKNOWN))
+        return writes
+
+    def read_all(self) -> list[Read]:
+        tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+        out: list[Read] = []
+        with Consumer(bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
+                      max_poll_records=5000) as consumer:
+            consumer.assign(tps)
+            end = consumer.end_offsets(tps)
+            consumer.seek_to_beginning()
+            done = {tp for tp in tps if end[tp] == 0}
+            for _ in range(100_000):
+                if len(done) == len(tps):
+                    break
+                for r in consumer.poll(timeout_ms=500):
+                    out.append(Read(r.partition, r.offset, (r.value or b"").decode()))
+                    if r.offset + 1 >= end[TopicPartition(r.topic, r.partition)]:
+                        done.add(TopicPartition(r.topic, r.partition))
+        return out
+
+
+# ------------------------------------------------------------------ `minikafka chaos`
+
+SCENARIOS = ("leader-kill", "controller-kill", "rolling-restart", "follower-pause", "soak")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("chaos", help="inject faults into the local cluster under load and check the history")
+    p.add_argument("--dir", type=Path, default=Path(".minikafka"))
+    p.add_argument("--scenario", choices=SCENARIOS, default="soak")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds of faults")
+    p.add_argument("--interval", type=float, default=3.0, help="seconds between faults")
+    p.add_argument("--rate", type=float, default=300.0, help="writes per second per producer")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--output", choices=["table", "json"], default="table")
+    p.set_defaults(func=run)
+
+
+def _leader(view: ClusterView, topic: str, partition: int) -> int:
+    view.refresh([topic])
+    pl = view.partitions.get((topic, partition))
+    return pl.leader if pl else -1
+
+
+def _inject(cluster: LocalCluster, view: ClusterView, topic: str, scenario: str, rng: random.Random,
+            faults: list[str]) -> None:
+    """One fault, then its healing; bounded waits only."""
+    status = cluster.status()
+    ids = [b["id"] for b in status["brokers"]]
+    if scenario == "soak":
+        scenario = rng.choice(SCENARIOS[:-1])
+    if scenario == "leader-kill":
+        victim = _leader(view, topic, rng.randrange(2))
+    elif scenario == "controller-kill":
+        victim = status["controller"]
+    else:
+        victim = rng.choice(ids)
+    if victim not in ids:
+        return
+    if scenario == "rolling-restart":
+        for b in ids:
+            cluster.signal(b, "TERM")
+            cluster.wait_for_exit(b, 30)
+            cluster.start(b)
+            cluster.wait_registered({b}, 60)
+        faults.append("rolling-restart")
+        return
+    if scenario == "follower-pause":
+        cluster.signal(victim, "STOP")
+        time.sleep(2.0)  # shorter than the local cluster's session (6 s): the broker stays registered
+        cluster.signal(victim, "CONT")
+    else:
+        cluster.signal(victim, "KILL")
+        time.sleep(1.0)
+        cluster.start(victim)
+        cluster.wait_registered({victim}, 60)
+    faults.append(f"{scenario}:{victim}")
+
+
+def run(args: argparse.Namespace) -> int:
+    rng = random.Random(args.seed)
+    cluster = LocalCluster(args.dir)
+    state = ClusterState.load(args.dir)
+    cluster.state = state
+    view = ClusterView(state.bootstrap_servers)
+    topic = f"chaos-{int(time.time())}"
+    conn = view.connection(view.bootstrap[0])
+    resp = conn.api.CreateTopics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
+        name=topic, num_partitions=2, replication_factor=min(3, len(state.brokers)),
+        configs={"min.insync.replicas": "2" if len(state.brokers) >= 3 else "1"})], timeout_ms=30000), timeout=40)
+    if resp.topics[0].error_code != pb.ErrorCode.NONE:
+        raise errors.for_code(resp.topics[0].error_code)(resp.topics[0].error_message)
+    workload = Workload(state.bootstrap_servers, topic, 2, rate=args.rate)
+    workload.start()
+    faults: list[str] = []
+    deadline = time.monotonic() + args.duration
+    while time.monotonic() < deadline:
+        time.sleep(min(args.interval, max(0.0, deadline - time.monotonic())))
+        if time.monotonic() >= deadline:
+            break
+        _inject(cluster, view, topic, args.scenario, rng, faults)
+    writes = workload.stop()
+    for b in state.brokers:
+        if b not in cluster.zk_view()["registered"]:
+            cluster.start(b)
+            cluster.wait_registered({b}, 60)
+    report = check(writes, workload.read_all())
+    replicas = verify(view, topic)
+    view.close()
+    result = {"scenario": args.scenario, "duration_s": args.duration, "faults": faults, "writes": report.writes,
+              "anomalies": report.anomalies, "replicas_identical": all(e["status"] == "OK" for e in replicas)}
+    if args.output == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"scenario {args.scenario}: {len(faults)} faults injected ({', '.join(faults) or 'none'})")
+        print(report.summary())
+        print("replicas identical below the HW: " + ("yes" if result["replicas_identical"] else "NO"))
+    return 0 if report.valid and result["replicas_identical"] else 1

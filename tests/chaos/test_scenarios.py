@@ -1,0 +1,127 @@
+"""Short chaos scenarios (seconds each) against a real 3-broker cluster: RF=3,
+min.insync.replicas=2, acks=all, idempotent producers, unique values; after each, the
+history checker and verify-replicas must find nothing, and epochs may only have grown.
+The negative control shows the checker does report a loss when one happens."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from helpers import E, create_topic, isr_of, leader_of, wait_for
+from kazoo.client import KazooClient
+
+from client.chaos import Workload
+from client.history import FAIL, OK, check
+from client.verify_replicas import verify
+from proto.zk_data import ControllerEpochZNode
+
+pytestmark = pytest.mark.integration
+PARTITIONS = 2
+
+
+def _epochs(view, zk_client: KazooClient) -> tuple[int, list[int]]:  # type: ignore[no-untyped-def]
+    controller = ControllerEpochZNode.decode(zk_client.get("/controller_epoch")[0])
+    return controller, [leader_of(view, "chaos", p)[1] for p in range(PARTITIONS)]
+
+
+def _setup(cluster, **overrides: str):  # type: ignore[no-untyped-def]
+    c = cluster.start(3, **overrides)
+    view = cluster.view()
+    res = create_topic(view, "chaos", partitions=PARTITIONS, replication_factor=3,
+                       configs={"min.insync.replicas": "2"})
+    assert res.error_code == E.NONE, res.error_message
+    wait_for(lambda: all(len(isr_of(view, "chaos", p)) == 3 for p in range(PARTITIONS)))
+    return c, view
+
+
+def _finish(c, view, workload: Workload, zk_client: KazooClient, before: tuple[int, list[int]]) -> None:  # type: ignore[no-untyped-def]
+    writes = workload.stop()
+    for b in c.state.brokers:
+        if b not in c.zk_view()["registered"]:
+            c.start(b)
+    wait_for(lambda: all(len(isr_of(view, "chaos", p)) == 3 for p in range(PARTITIONS)), timeout_s=60,
+             what="every replica back in sync")
+    report = check(writes, workload.read_all())
+    assert report.writes.get(OK, 0) > 100, report.summary()
+    assert report.valid, report.summary()
+    assert all(e["status"] == "OK" for e in verify(view, "chaos")), "replicas differ below the HW"
+    controller_epoch, leader_epochs = _epochs(view, zk_client)
+    assert controller_epoch >= before[0]
+    assert all(now >= then for now, then in zip(leader_epochs, before[1], strict=True))
+
+
+def test_leader_killed_and_restarted_repeatedly(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster)
+    before = _epochs(view, zk_client)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload.start()
+    for _round in range(3):
+        time.sleep(0.5)
+        leader = leader_of(view, "chaos", 0)[0]
+        c.signal(leader, "KILL")
+        wait_for(lambda leader=leader: leader_of(view, "chaos", 0)[0] not in (-1, leader), timeout_s=20)
+        c.start(leader)
+        c.wait_registered({leader})
+    _finish(c, view, workload, zk_client, before)
+
+
+def test_controller_killed_and_restarted(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster)
+    before = _epochs(view, zk_client)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload.start()
+    for _round in range(2):
+        time.sleep(0.5)
+        view_zk = c.zk_view()
+        c.signal(view_zk["controller"], "KILL")
+        c.wait_for_controller(timeout_s=20, other_than=view_zk["controller"],
+                              min_epoch=view_zk["controller_epoch"] + 1)
+        c.start(view_zk["controller"])
+        c.wait_registered({view_zk["controller"]})
+    _finish(c, view, workload, zk_client, before)
+
+
+def test_both_followers_down_writes_fail_definitely(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster)
+    before = _epochs(view, zk_client)
+    leader = leader_of(view, "chaos", 0)[0]
+    # One partition whose leader stays up; no retries, so refusals are definite failures.
+    workload = Workload(c.state.bootstrap_servers, "chaos", 1, producers=1, retries=0)
+    workload.start()
+    time.sleep(0.5)
+    followers = [b for b in (1, 2, 3) if b != leader]
+    for b in followers:
+        c.signal(b, "KILL")
+    wait_for(lambda: isr_of(view, "chaos", 0) == (leader,), timeout_s=20)
+    time.sleep(1)
+    c.start(followers[0])
+    wait_for(lambda: len(isr_of(view, "chaos", 0)) >= 2, timeout_s=30)
+    time.sleep(0.5)
+    writes = workload.stop()
+    assert any(w.status == FAIL for w in writes), "writes during the outage must fail definitely"
+    c.start(followers[1])
+    workload.stop = lambda: writes  # type: ignore[method-assign]
+    _finish(c, view, workload, zk_client, before)
+
+
+def test_negative_control_checker_reports_an_unclean_loss(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
+    # min.insync.replicas=1 and unclean election on: kill the whole ISR but a lagging replica.
+    c = cluster.start(3, replica_lag_time_max_ms="1000")
+    view = cluster.view()
+    res = create_topic(view, "chaos", partitions=1, replication_factor=2,
+                       configs={"min.insync.replicas": "1", "unclean.leader.election.enable": "true"})
+    assert res.error_code == E.NONE
+    leader, _ = wait_for(lambda: (lambda le: le if le[0] >= 0 else None)(leader_of(view, "chaos", 0)))
+    follower = next(r for r in view.partitions[("chaos", 0)].replicas if r != leader)
+    c.signal(follower, "KILL")
+    wait_for(lambda: isr_of(view, "chaos", 0) == (leader,), timeout_s=20)
+    workload = Workload(c.state.bootstrap_servers, "chaos", 1, producers=1, retries=0)
+    workload.start()
+    wait_for(lambda: len(workload.pending) > 200, timeout_s=20)
+    c.signal(leader, "KILL")  # the only ISR member: what it acknowledged is now only on its disk
+    c.start(follower)  # the out-of-sync replica takes over (unclean)
+    wait_for(lambda: leader_of(view, "chaos", 0)[0] == follower, timeout_s=30, what="the unclean election")
+    writes = workload.stop()
+    report = check(writes, workload.read_all())
+    assert report.lost or report.unseen, "the checker must see the acknowledged writes the unclean election lost"
