@@ -18,7 +18,7 @@ from typing import Any
 from client.connection import ClusterView
 from client.consumer import Consumer, TopicPartition
 from client.history import FAIL, OK, UNKNOWN, Read, Write, check
-from client.local_cluster import ClusterState, LocalCluster
+from client.local_cluster import ClusterState, LocalCluster, pid_alive
 from client.producer import Producer
 from client.verify_replicas import verify
 from proto import errors
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         _inject(cluster, view, topic, args.scenario, rng, faults)
     writes = workload.stop()
     for b in state.brokers:
-        if b not in cluster.zk_view()["registered"]:
+        if not pid_alive(cluster.broker(b).pid):
             cluster.start(b)
             cluster.wait_registered({b}, 60)
     report = check(writes, workload.read_all())

@@ -13,6 +13,7 @@ from kazoo.client import KazooClient
 
 from client.chaos import Workload
 from client.history import FAIL, OK, check
+from client.local_cluster import pid_alive
 from client.verify_replicas import verify
 from proto.zk_data import ControllerEpochZNode
 
@@ -38,7 +39,7 @@ def _setup(cluster, **overrides: str):  # type: ignore[no-untyped-def]
 def _finish(c, view, workload: Workload, zk_client: KazooClient, before: tuple[int, list[int]]) -> None:  # type: ignore[no-untyped-def]
     writes = workload.stop()
     for b in c.state.brokers:
-        if b not in c.zk_view()["registered"]:
+        if not pid_alive(c.broker(b).pid):
             c.start(b)
     wait_for(lambda: all(len(isr_of(view, "chaos", p)) == 3 for p in range(PARTITIONS)), timeout_s=60,
              what="every replica back in sync")
