@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from client.local_cluster import ClusterError
 from proto.errors import KafkaError
 
 
@@ -39,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         rc: int = args.func(args)
-    except KafkaError as e:
+    except (KafkaError, ClusterError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except grpc.RpcError as e:

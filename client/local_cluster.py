@@ -353,9 +353,14 @@ class LocalCluster:
         state.save()
 
     def wait_for_exit(self, broker_id: int, timeout_s: float = 30.0) -> int | None:
+        """The exit code (None if it did not exit in time, or -1 for a broker another process started)."""
         proc = self._procs.get(broker_id)
         if proc is None:
-            return None
+            pid = self.broker(broker_id).pid
+            deadline = time.monotonic() + timeout_s
+            while pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return None if pid_alive(pid) else -1
         try:
             return proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
