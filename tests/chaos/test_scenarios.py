@@ -5,6 +5,8 @@ The negative control shows the checker does report a loss when one happens."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -126,3 +128,72 @@ def test_negative_control_checker_reports_an_unclean_loss(cluster, zk_client: Ka
     writes = workload.stop()
     report = check(writes, workload.read_all())
     assert report.lost or report.unseen, "the checker must see the acknowledged writes the unclean election lost"
+
+
+def test_rolling_restart_with_sigterm_only_retriable_errors(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster)
+    before = _epochs(view, zk_client)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload.start()
+    for b in (1, 2, 3):
+        time.sleep(0.3)
+        c.signal(b, "TERM")
+        assert c.wait_for_exit(b, timeout_s=30) == 0
+        c.start(b)
+        c.wait_registered({b})
+        wait_for(lambda: all(len(isr_of(view, "chaos", p)) == 3 for p in range(PARTITIONS)), timeout_s=30)
+    writes = workload.stop()
+    assert not [w for w in writes if w.status != OK], "a controlled rolling restart must not fail a write"
+    workload.stop = lambda: writes  # type: ignore[method-assign]
+    _finish(c, view, workload, zk_client, before)
+
+
+def test_paused_leader_past_session_timeout_acknowledges_nothing(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster)
+    before = _epochs(view, zk_client)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload.start()
+    time.sleep(0.5)
+    zombie = leader_of(view, "chaos", 0)[0]
+    c.signal(zombie, "STOP")
+    try:
+        wait_for(lambda: leader_of(view, "chaos", 0)[0] not in (-1, zombie), timeout_s=20, what="a successor")
+        time.sleep(1)
+    finally:
+        c.signal(zombie, "CONT")  # the zombie wakes up believing it leads
+    wait_for(lambda: zombie in isr_of(view, "chaos", 0), timeout_s=30, what="the zombie back as a follower")
+    _finish(c, view, workload, zk_client, before)
+
+
+def test_paused_controller_past_session_timeout_changes_nothing(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster)
+    before = _epochs(view, zk_client)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload.start()
+    time.sleep(0.5)
+    old = c.zk_view()
+    c.signal(old["controller"], "STOP")
+    try:
+        c.wait_for_controller(timeout_s=20, other_than=old["controller"], min_epoch=old["controller_epoch"] + 1)
+    finally:
+        c.signal(old["controller"], "CONT")
+    wait_for(lambda: old["controller"] in c.zk_view()["registered"], timeout_s=20)
+    assert c.zk_view()["controller"] != old["controller"]  # the woken one did not take over again
+    _finish(c, view, workload, zk_client, before)
+
+
+def test_zookeeper_outage_does_not_stop_produce_and_consume(cluster, zookeeper, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster)
+    before = _epochs(view, zk_client)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload.start()
+    time.sleep(0.5)
+    os.kill(zookeeper.pid, signal.SIGSTOP)
+    try:
+        during = len(workload.pending)
+        time.sleep(5)
+        assert len(workload.pending) > during + 500  # writes go on against the current leaders
+    finally:
+        os.kill(zookeeper.pid, signal.SIGCONT)
+    wait_for(lambda: sorted(c.zk_view()["registered"]) == [1, 2, 3], timeout_s=30, what="brokers re-registered")
+    _finish(c, view, workload, zk_client, before)
