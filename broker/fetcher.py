@@ -216,12 +216,6 @@ class ReplicaFetcherManager(FetcherManagerProtocol):
             for tp in tps:
                 f.remove(tp)
 
-    async def shutdown_idle(self) -> None:
-        for key, f in list(self.fetchers.items()):
-            if not f.states:
-                del self.fetchers[key]
-                await f.stop()
-
     async def shutdown(self) -> None:
         for f in self.fetchers.values():
             await f.stop()

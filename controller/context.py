@@ -30,14 +30,6 @@ class ControllerContext:
     reassignments: dict[TopicPartition, list[int]] = field(default_factory=dict)
 
     @property
-    def live_broker_ids(self) -> set[int]:
-        return set(self.live_brokers)
-
-    @property
-    def live_or_shutting_down_ids(self) -> set[int]:
-        return set(self.live_brokers)
-
-    @property
     def serving_broker_ids(self) -> set[int]:
         """Live brokers that may lead: not in a controlled shutdown."""
         return set(self.live_brokers) - self.shutting_down_broker_ids

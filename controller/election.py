@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from proto.zk_data import NO_LEADER
-
 
 @dataclass(frozen=True, slots=True)
 class ElectionResult:
@@ -68,10 +66,6 @@ def controlled_shutdown_partition_leader_election(assignment: Sequence[int], isr
         if replica in live and replica in new_isr:
             return ElectionResult(replica, new_isr)
     return None
-
-
-def leader_is_unavailable(leader: int, live: Collection[int]) -> bool:
-    return leader == NO_LEADER or leader not in live
 
 
 def imbalanced_partitions(preferred_of: dict[tuple[str, int], int], leader_of: dict[tuple[str, int], int],

@@ -123,8 +123,6 @@ class TopicPartitionZNode:
 
 
 NO_LEADER: Final = -1
-# Metadata's leader for a partition whose topic is being deleted (Kafka's LeaderDuringDelete).
-LEADER_DURING_DELETE: Final = -2
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,17 +18,10 @@ checkpoint file when it did.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 from typing import Final
 
 UNDEFINED_EPOCH: Final = -1
 UNDEFINED_EPOCH_OFFSET: Final = -1
-
-
-@dataclass(frozen=True, slots=True)
-class EpochEntry:
-    epoch: int
-    start_offset: int
 
 
 class LeaderEpochCache:
@@ -38,20 +31,12 @@ class LeaderEpochCache:
         for epoch, offset in entries or []:
             self.assign(epoch, offset)
 
-    @property
-    def entries(self) -> list[EpochEntry]:
-        return [EpochEntry(e, o) for e, o in zip(self._epochs, self._offsets, strict=True)]
-
     def pairs(self) -> list[tuple[int, int]]:
         return list(zip(self._epochs, self._offsets, strict=True))
 
     @property
     def latest_epoch(self) -> int:
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
-
-    @property
-    def earliest_entry(self) -> EpochEntry | None:
-        return EpochEntry(self._epochs[0], self._offsets[0]) if self._epochs else None
 
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` started at ``start_offset``; True when the cache changed.

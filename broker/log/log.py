@@ -445,16 +445,6 @@ class Log:
             self._checkpoint_epochs()
         return n
 
-    def maybe_increment_log_start_offset(self, offset: int) -> bool:
-        if offset <= self.log_start_offset:
-            return False
-        if offset > self.high_watermark:
-            raise OffsetOutOfRangeError(f"cannot move log start to {offset} above the HW {self.high_watermark}")
-        self.log_start_offset = offset
-        if self.epoch_cache.truncate_from_start(offset):
-            self._checkpoint_epochs()
-        return True
-
     # ------------------------------------------------------------ durability and lifecycle
 
     def flush(self) -> None:
