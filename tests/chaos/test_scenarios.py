@@ -17,6 +17,7 @@ from client.chaos import Workload
 from client.history import FAIL, OK, check
 from client.local_cluster import pid_alive
 from client.verify_replicas import verify
+from proto import errors
 from proto.zk_data import ControllerEpochZNode
 
 pytestmark = pytest.mark.integration
@@ -97,7 +98,12 @@ def test_both_followers_down_writes_fail_definitely(cluster, zk_client: KazooCli
     for b in followers:
         c.signal(b, "KILL")
     wait_for(lambda: isr_of(view, "chaos", 0) == (leader,), timeout_s=20)
-    time.sleep(1)
+
+    def refused() -> bool:
+        return any(getattr(f, "done", lambda: False)() and isinstance(f.exception(), errors.NotEnoughReplicasError)
+                   for _n, _p, _v, f in list(workload.pending)[-500:])
+
+    wait_for(refused, timeout_s=20, what="acks=all writes refused with NOT_ENOUGH_REPLICAS")
     c.start(followers[0])
     wait_for(lambda: len(isr_of(view, "chaos", 0)) >= 2, timeout_s=30)
     time.sleep(0.5)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -37,15 +38,25 @@ def test_retries_duplicate_only_without_idempotence(cluster, idempotent: bool) -
     assert create_topic(view, topic, replication_factor=2).error_code == E.NONE
     leader, _ = wait_for(lambda: (lambda le: le if le[0] >= 0 else None)(leader_of(view, topic, 0)))
     follower = 2 if leader == 1 else 1
+    metrics = c.broker(leader).metrics_address
+
+    def produce_requests() -> float:
+        with urllib.request.urlopen(metrics, timeout=5) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith('minikafka_requests_total{api="Produce"}'):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
     with Producer(c.state.bootstrap_servers, acks="all", enable_idempotence=idempotent, request_timeout_ms=700,
                   retry_backoff_ms=100, delivery_timeout_ms=60000) as p:
         p.send(topic, b"warm-up").result(timeout=30)
         c.signal(follower, "STOP")
         try:
+            before = produce_requests()
             fut = p.send(topic, b"exactly-once?")
-            wait_for(lambda: p._queues[(topic, 0)].batches or fut.done() or
-                     any(b.attempts > 1 for b in p._queues[(topic, 0)].batches), timeout_s=10)
-            threading.Event().wait(2.5)  # let several timed-out attempts happen (bounded)
+            # The leader answers REQUEST_TIMED_OUT after 700 ms each time: wait for three attempts.
+            wait_for(lambda: produce_requests() >= before + 3, timeout_s=20, what="the batch retried")
+            assert not fut.done()
         finally:
             c.signal(follower, "CONT")
         assert fut.result(timeout=60).offset >= 1
