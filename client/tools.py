@@ -62,6 +62,11 @@ def _configs(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _acks(value: str) -> int | str:
+    """--acks 0 | 1 | all | -1 as the producer takes it."""
+    return "all" if value in ("all", "-1") else int(value)
+
+
 def add_parsers(sub: Any) -> None:
     t = sub.add_parser("topics", help="create, list, describe, alter, delete topics (kafka-topics)")
     _connection_args(t)
@@ -209,7 +214,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     props = _configs(args.property)
     parse_key = props.get("parse.key", "false").lower() == "true"
     sep = props.get("key.separator", "\t")
-    acks: int | str = "all" if args.acks in ("all", "-1") else int(args.acks)
+    acks = _acks(args.acks)
     count = 0
     futures = []
     with Producer(_bootstrap(args), acks=acks, enable_idempotence=acks == "all",
@@ -385,7 +390,7 @@ def cmd_reassign(args: argparse.Namespace) -> int:
 
 
 def cmd_perf_produce(args: argparse.Namespace) -> int:
-    acks: int | str = "all" if args.acks in ("all", "-1") else int(args.acks)
+    acks = _acks(args.acks)
     value = b"x" * args.record_size
     latencies: list[float] = []
     interactive = sys.stderr.isatty() and args.output != "json"

@@ -198,9 +198,10 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index_entry = 0
         written = os.writev(self._fd, pieces)
-        while written < nbytes:  # short writes are legal; finish the job
-            flat = b"".join(bytes(p) for p in pieces)
-            written += os.write(self._fd, flat[written:])
+        if written < nbytes:  # short writes are legal (rare): finish the job from one flat copy
+            rest = memoryview(b"".join(bytes(p) for p in pieces))[written:]
+            while rest:
+                rest = rest[os.write(self._fd, rest):]
         self._bytes_since_index_entry += nbytes
         self.size += nbytes
         self.next_offset = next_offset
