@@ -467,10 +467,14 @@ class Producer:
             except Exception:
                 log.exception("producer sender loop error")
                 timeout = self.retry_backoff_s
+            # A timer sets the same event rather than asyncio.wait_for: on Python 3.11, cancelling
+            # wait_for just as it creates its inner task can leave the cancel hanging, and close()
+            # then waited out its 30 s join timeout.
+            timer = asyncio.get_running_loop().call_later(max(0.0, timeout), self._wake.set)
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
+                await self._wake.wait()
+            finally:
+                timer.cancel()
             self._wake.clear()
 
     async def _reset_producer_id(self) -> None:

@@ -414,9 +414,18 @@ def _read_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
     return data[pos:end], end
 
 
-def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *,
-                 verify_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
-    """Decode the batch at ``pos`` into absolute-offset, absolute-timestamp records."""
+RecordFields = tuple[int, int, bytes | None, bytes | None, tuple[Header, ...]]
+"""(offset, timestamp, key, value, headers) of one decoded record: plain tuples for column builders."""
+
+
+def decode_batch_fields(buf: bytes | bytearray | memoryview, pos: int = 0, *,
+                        verify_crc: bool = True) -> tuple[BatchHeader, list[RecordFields]]:
+    """Decode the batch at ``pos`` into (offset, timestamp, key, value, headers) tuples.
+
+    Absolute offsets and timestamps (LogAppendTime batches carry the batch's max timestamp). Tuples,
+    not ``Record`` objects, so readers that build columns (the Spark source) pay for no object per
+    record they do not need.
+    """
     header = read_header(buf, pos)
     end = pos + header.size
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or end > len(buf):
@@ -427,7 +436,7 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *,
     if verify_crc and crc32c(mv[pos + ATTRIBUTES_OFFSET:end]) != header.crc:
         raise CorruptMessageError(f"batch at position {pos} failed its CRC-32C check")
     data = _decompress(header.compression, mv[pos + HEADER_SIZE:end])
-    records: list[Record] = []
+    records: list[RecordFields] = []
     p = 0
     base_offset = header.base_offset
     base_ts = header.base_timestamp
@@ -443,17 +452,26 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *,
         key, p = _read_bytes(data, p)
         value, p = _read_bytes(data, p)
         n_headers, p = decode_varint(data, p)
-        headers: list[Header] = []
-        for _h in range(n_headers):
-            hk, p = _read_bytes(data, p)
-            hv, p = _read_bytes(data, p)
-            headers.append(Header((hk or b"").decode("utf-8", "replace"), hv))
+        headers: tuple[Header, ...] = ()
+        if n_headers > 0:
+            hl: list[Header] = []
+            for _h in range(n_headers):
+                hk, p = _read_bytes(data, p)
+                hv, p = _read_bytes(data, p)
+                hl.append(Header((hk or b"").decode("utf-8", "replace"), hv))
+            headers = tuple(hl)
         if p != rec_end:
             raise CorruptMessageError("record length does not match its fields")
         ts = header.max_timestamp if log_append else base_ts + ts_delta
-        records.append(Record(value=value, key=key, headers=tuple(headers), timestamp=ts,
-                              offset=base_offset + off_delta))
+        records.append((base_offset + off_delta, ts, key, value, headers))
     return header, records
+
+
+def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *,
+                 verify_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
+    """Decode the batch at ``pos`` into absolute-offset, absolute-timestamp records."""
+    header, fields = decode_batch_fields(buf, pos, verify_crc=verify_crc)
+    return header, [Record(value=v, key=k, headers=h, timestamp=ts, offset=o) for o, ts, k, v, h in fields]
 
 
 def decode_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> list[Record]:

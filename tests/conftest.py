@@ -5,6 +5,7 @@ use none of them (each fixture starts only when a test asks for it)."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -17,6 +18,9 @@ from client.connection import ClusterView
 from client.local_cluster import LocalCluster, ZooKeeperServer
 
 logging.getLogger("kazoo").setLevel(logging.ERROR)
+# PySpark starts its JVM with fork + preexec_fn; gRPC's fork handlers break that child when this
+# process already has channels open (read when the fork happens, so setting it here is enough).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers.py for every test directory
 
 # Short sessions so that failover tests take seconds (ZooKeeper's minimum here is 1000 ms).
@@ -42,13 +46,7 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 @pytest.fixture
 def zk_connect(zookeeper: ZooKeeperServer) -> str:
     """A fresh chroot per test: clusters of different tests never see each other."""
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    client = KazooClient(hosts=zookeeper.connect, timeout=10)
-    client.start(timeout=10)
-    client.ensure_path(chroot)
-    client.stop()
-    client.close()
-    return zookeeper.connect + chroot
+    return _fresh_chroot(zookeeper)
 
 
 @pytest.fixture
@@ -92,3 +90,33 @@ def cluster(tmp_path: Path, zk_connect: str) -> Iterator[ClusterFixture]:
     fx = ClusterFixture(tmp_path / "cluster", zk_connect)
     yield fx
     fx.stop()
+
+
+def _fresh_chroot(zookeeper: ZooKeeperServer) -> str:
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    client = KazooClient(hosts=zookeeper.connect, timeout=10)
+    client.start(timeout=10)
+    client.ensure_path(chroot)
+    client.stop()
+    client.close()
+    return zookeeper.connect + chroot
+
+
+@pytest.fixture(scope="module")
+def module_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterFixture]:
+    """One running 3-broker cluster shared by a module's tests that do not hurt it."""
+    fx = ClusterFixture(tmp_path_factory.mktemp("module-cluster") / "cluster", _fresh_chroot(zookeeper))
+    fx.start()
+    yield fx
+    fx.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local[2] SparkSession for the whole run (cold start ~7 s, first Python source ~10 s)."""
+    pytest.importorskip("pyspark")
+    from client.spark import local_session
+
+    session = local_session("minikafka-tests", master="local[2]")
+    yield session
+    session.stop()

@@ -1,0 +1,49 @@
+"""The PySpark connector: format ``minikafka`` with Spark's Kafka-source options and schema.
+
+    from client.spark import local_session, register
+    spark = local_session("my-job")          # or any SparkSession, then: register(spark)
+    df = (spark.read.format("minikafka").option("bootstrap.servers", "127.0.0.1:9092")
+          .option("subscribe", "events").load())
+
+``client.spark.options`` (pure) and ``client.spark.cluster_io`` do not import
+pyspark; only ``client.spark.datasource`` does, and it is imported on demand.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def register(spark: Any) -> Any:
+    """Register the ``minikafka`` format on a SparkSession (returns the session)."""
+    from client.spark.datasource import MinikafkaDataSource
+
+    spark.dataSource.register(MinikafkaDataSource)
+    return spark
+
+
+def local_session(app_name: str = "minikafka", master: str = "local[2]", **conf: str) -> Any:
+    """A SparkSession on loopback with the format registered.
+
+    Python workers run this interpreter (so they import this project), Spark binds 127.0.0.1, and
+    the UI stays off: what the jobs, tests and benchmark all want on one machine.
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # PySpark forks (with a preexec_fn) to start its JVM; gRPC's fork handlers, enabled by default,
+    # break that child when this process already has channels ("Java gateway process exited").
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.driver.host", "127.0.0.1"))
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return register(spark)

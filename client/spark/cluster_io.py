@@ -1,0 +1,305 @@
+"""The connector's I/O: metadata and offsets on the driver, range reads and writes on executors.
+
+Theory of operation
+-------------------
+Driver side, ``list_partitions`` and ``list_offsets`` ask the cluster (one
+ListOffsets request per leader for all its partitions) for what the pure
+planner in ``options`` needs. Executor side, ``read_range`` reads one planned
+``OffsetRange`` straight from the partition's leader with consumer Fetch
+requests (replica_id -1, so the leader serves committed records only, SPEC
+S3.2) and turns every Fetch response into one Arrow ``RecordBatch`` - columns
+are built from plain tuples, no Python object per record beyond the decoded
+fields. When the leader dies or changes in the middle of a read (a gRPC error,
+NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, ...), it refreshes metadata and
+goes on from the first offset it has not yet returned, so every record of the
+range comes out exactly once. A new leader's high watermark can briefly trail
+the one the driver planned with; the long-poll fetch simply waits for it
+(bounded by ``readRetryTimeoutMs``).
+
+``write_arrow_batches`` is the sink: rows with ``value`` (and optional
+``key``, ``topic``, ``partition``, ``headers``) go through the idempotent
+producer with acks=all; any failed record fails the task, like Spark's Kafka
+sink.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import grpc
+
+from client.connection import ClusterView
+from client.producer import FutureRecordMetadata, Producer
+from client.spark.options import TP, DataLossError, OffsetRange, SparkOptionError, Subscription
+from proto import errors
+from proto import minikafka_pb2 as pb
+from proto.record_batch import TIMESTAMP_TYPE_MASK, decode_batch_fields, iter_headers
+
+log = logging.getLogger("minikafka.spark")
+E = pb.ErrorCode
+
+RETRY_BACKOFF_S = 0.1
+LONG_POLL_MS = 500
+
+
+# ------------------------------------------------------------------ driver side
+
+
+def list_partitions(view: ClusterView, subscription: Subscription) -> list[TP]:
+    """The topic-partitions the subscription selects now (unknown subscribed topics are skipped)."""
+    wanted = subscription.topic_filter()
+    view.refresh(list(wanted) if wanted is not None else None)
+    available: dict[str, list[int]] = {}
+    for (t, p) in view.partitions:
+        if (wanted is None or t in wanted) and view.topic_errors.get(t, 0) == 0:
+            available.setdefault(t, []).append(p)
+    return subscription.select(available)
+
+
+def list_offsets(view: ClusterView, timestamps: dict[TP, int], timeout_s: float = 30.0) -> dict[TP, int]:
+    """ListOffsets per leader: -2 = log start, -1 = high watermark, else the first offset at or after
+    the time (-1 when there is none). Retries retriable errors and leader moves until ``timeout_s``."""
+    out: dict[TP, int] = {}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pending = {tp: ts for tp, ts in timestamps.items() if tp not in out}
+        if not pending:
+            return out
+        failed: list[str] = []
+        by_leader: dict[int, list[TP]] = {}
+        for tp in pending:
+            pl = view.partitions.get(tp)
+            if pl is None or pl.leader < 0 or pl.leader not in view.brokers:
+                failed.append(f"{tp[0]}-{tp[1]}: no leader")
+                continue
+            by_leader.setdefault(pl.leader, []).append(tp)
+        for leader, tps in by_leader.items():
+            req = pb.ListOffsetsRequest(replica_id=-1)
+            for topic in dict.fromkeys(t for t, _p in tps):
+                req.topics.add(name=topic, partitions=[
+                    pb.ListOffsetsPartition(partition=p, timestamp=pending[(t, p)],
+                                            current_leader_epoch=view.partitions[(t, p)].leader_epoch)
+                    for t, p in tps if t == topic])
+            try:
+                resp = view.connection(view.brokers[leader]).api.ListOffsets(req, timeout=view.timeout_s)
+            except grpc.RpcError as e:
+                failed.append(f"broker {leader}: {e.code().name}")
+                continue
+            for tr in resp.topics:
+                for pr in tr.partitions:
+                    tp = (tr.name, pr.partition)
+                    if pr.error_code == E.NONE:
+                        out[tp] = pr.offset
+                        continue
+                    err = errors.for_code(pr.error_code)
+                    if not (err.retriable or err.invalid_metadata):
+                        raise err(f"ListOffsets {tp[0]}-{tp[1]}")
+                    failed.append(f"{tp[0]}-{tp[1]}: {err.__name__}")
+        if len(out) == len(timestamps):
+            return out
+        if time.monotonic() >= deadline:
+            raise errors.RequestTimedOutError(f"could not list offsets in {timeout_s:.0f}s: {'; '.join(failed)}")
+        time.sleep(RETRY_BACKOFF_S)
+        try:
+            view.refresh(sorted({t for t, _p in pending}))
+        except errors.KafkaError as e:
+            log.debug("metadata refresh failed: %s", e)
+
+
+# ------------------------------------------------------------------ executor side: reads
+
+
+class RangeReadError(RuntimeError):
+    """A range could not be read within readRetryTimeoutMs (the partition stayed unavailable)."""
+
+
+def read_range(bootstrap_servers: str, rng: OffsetRange, *, include_headers: bool, max_bytes: int,
+               fail_on_data_loss: bool, request_timeout_ms: int, retry_timeout_ms: int,
+               arrow_schema: Any) -> Iterator[Any]:
+    """Every record of ``rng`` exactly once, in offset order, as Arrow RecordBatches (one per fetch)."""
+    view = ClusterView(bootstrap_servers, timeout_s=request_timeout_ms / 1000.0)
+    try:
+        for cols in _read_columns(view, rng, include_headers=include_headers, max_bytes=max_bytes,
+                                  fail_on_data_loss=fail_on_data_loss, retry_timeout_s=retry_timeout_ms / 1000.0):
+            yield _to_arrow(rng, cols, include_headers, arrow_schema)
+    finally:
+        view.close()
+
+
+Columns = tuple[list[bytes | None], list[bytes | None], list[int], list[int], list[int], list[Any]]
+
+
+def _read_columns(view: ClusterView, rng: OffsetRange, *, include_headers: bool, max_bytes: int,
+                  fail_on_data_loss: bool, retry_timeout_s: float) -> Iterator[Columns]:
+    topic, partition, until = rng.topic, rng.partition, rng.until_offset
+    position = rng.from_offset
+    deadline = time.monotonic() + retry_timeout_s
+    last_problem = "no response yet"
+    while position < until:
+        if time.monotonic() >= deadline:
+            raise RangeReadError(f"{topic}-{partition}: no progress at offset {position} (reading up to {until}) "
+                                 f"for {retry_timeout_s:.0f}s; last problem: {last_problem}")
+        try:
+            conn, pl = view.leader_connection(topic, partition)
+            req = pb.FetchRequest(replica_id=-1, max_wait_ms=LONG_POLL_MS, min_bytes=1, max_bytes=max_bytes)
+            req.topics.add(name=topic).partitions.add(partition=partition, fetch_offset=position,
+                                                      current_leader_epoch=pl.leader_epoch,
+                                                      partition_max_bytes=max_bytes)
+            resp = conn.api.Fetch(req, timeout=LONG_POLL_MS / 1000.0 + view.timeout_s)
+            pr = resp.topics[0].partitions[0]
+        except (grpc.RpcError, errors.KafkaError) as e:
+            last_problem = f"{type(e).__name__}: {e}"
+            _refresh_after_error(view, topic)
+            continue
+        if pr.error_code == E.OFFSET_OUT_OF_RANGE:
+            start = list_offsets(view, {(topic, partition): -2}, timeout_s=view.timeout_s)[(topic, partition)]
+            if position >= start:  # above the HW for now (a new leader catching up): wait for it
+                last_problem = "offset out of range above the high watermark"
+                time.sleep(RETRY_BACKOFF_S)
+                continue
+            msg = f"{topic}-{partition}: offsets {position}..{start - 1} were deleted before they were read"
+            if fail_on_data_loss:
+                raise DataLossError(msg + " (set failOnDataLoss=false to skip them)")
+            log.warning("%s; skipping them", msg)
+            position = start
+            deadline = time.monotonic() + retry_timeout_s
+            continue
+        if pr.error_code != E.NONE:
+            err = errors.for_code(pr.error_code)
+            if not (err.retriable or err.invalid_metadata):
+                raise err(f"Fetch {topic}-{partition} at {position}")
+            last_problem = err.__name__
+            _refresh_after_error(view, topic)
+            continue
+        cols: Columns = ([], [], [], [], [], [])
+        keys, values, offsets, stamps, types, headers = cols
+        next_position = position
+        for pos, bh in iter_headers(pr.records):
+            if bh.next_offset <= position:
+                continue
+            if bh.is_control:
+                next_position = max(next_position, bh.next_offset)
+                continue
+            _h, fields = decode_batch_fields(pr.records, pos)
+            ts_type = 1 if bh.attributes & TIMESTAMP_TYPE_MASK else 0
+            for off, ts, key, value, hdrs in fields:
+                if off < position or off >= until:
+                    continue
+                keys.append(key)
+                values.append(value)
+                offsets.append(off)
+                stamps.append(ts)
+                types.append(ts_type)
+                if include_headers:
+                    headers.append([{"key": h.key, "value": h.value} for h in hdrs])
+            next_position = max(next_position, min(bh.next_offset, until))
+        if next_position > position:
+            position = next_position
+            deadline = time.monotonic() + retry_timeout_s
+        else:
+            last_problem = f"the leader returned nothing at {position} (high watermark {pr.high_watermark})"
+        if offsets:
+            yield cols
+
+
+def _refresh_after_error(view: ClusterView, topic: str) -> None:
+    time.sleep(RETRY_BACKOFF_S)
+    try:
+        view.refresh([topic])
+    except errors.KafkaError as e:  # every broker unreachable for now: the read loop retries
+        log.debug("metadata refresh failed: %s", e)
+
+
+def _to_arrow(rng: OffsetRange, cols: Columns, include_headers: bool, schema: Any) -> Any:
+    import pyarrow as pa
+
+    keys, values, offsets, stamps, types, headers = cols
+    n = len(offsets)
+    arrays = [
+        pa.array(keys, type=pa.binary()),
+        pa.array(values, type=pa.binary()),
+        pa.array([rng.topic] * n, type=pa.string()),
+        pa.array([rng.partition] * n, type=pa.int32()),
+        pa.array(offsets, type=pa.int64()),
+        pa.array(stamps, type=pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
+        pa.array(types, type=pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(pa.array(headers, type=schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# ------------------------------------------------------------------ executor side: writes
+
+
+def check_topics_exist(view: ClusterView, topics: Iterable[str]) -> dict[str, int]:
+    """{topic: partition count}; an unknown topic is a clear error (the sink never auto-creates)."""
+    names = sorted(set(topics))
+    view.refresh(names, allow_auto_create=False)
+    counts: dict[str, int] = {}
+    for t in names:
+        n = len(view.partitions_of(t))
+        code = view.topic_errors.get(t, E.UNKNOWN_TOPIC_OR_PARTITION)
+        if n == 0 or code == E.UNKNOWN_TOPIC_OR_PARTITION:
+            raise errors.UnknownTopicOrPartitionError(
+                f"topic {t!r} does not exist (create it first: minikafka topics --create --topic {t} ...)")
+        counts[t] = n
+    return counts
+
+
+def _as_bytes(v: Any, column: str) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, bytearray | memoryview):
+        return bytes(v)
+    raise SparkOptionError(f"column {column!r} must be binary or string, got {type(v).__name__}")
+
+
+def write_arrow_batches(bootstrap_servers: str, batches: Iterable[Any], default_topic: str | None,
+                        producer_options: dict[str, Any] | None = None) -> int:
+    """Produce every row of the Arrow batches (acks=all, idempotent); returns the number written."""
+    producer = Producer(bootstrap_servers, acks="all", enable_idempotence=True, **(producer_options or {}))
+    view = ClusterView(bootstrap_servers)
+    known: dict[str, int] = {}
+    futures: list[FutureRecordMetadata] = []
+    written = 0
+    try:
+        for batch in batches:
+            data = batch.to_pydict()
+            n = batch.num_rows
+            values: Sequence[Any] = data["value"]
+            keys: Sequence[Any] = data.get("key") or [None] * n
+            topics: Sequence[Any] = data.get("topic") or [default_topic] * n
+            partitions: Sequence[Any] = data.get("partition") or [None] * n
+            headers: Sequence[Any] = data.get("headers") or [None] * n
+            if default_topic is not None and "topic" in data:
+                topics = [t if t is not None else default_topic for t in topics]
+            new = {t for t in topics if t is not None and t not in known}
+            if None in topics:
+                raise SparkOptionError("a row has no topic: give a 'topic' column or the 'topic' option")
+            if new:
+                known.update(check_topics_exist(view, new))
+            for i in range(n):
+                hdrs = [(h["key"], _as_bytes(h["value"], "headers.value")) for h in headers[i]] if headers[i] else None
+                futures.append(producer.send(topics[i], value=_as_bytes(values[i], "value"),
+                                             key=_as_bytes(keys[i], "key"), partition=partitions[i], headers=hdrs))
+            written += n
+            if len(futures) >= 50_000:
+                _settle(futures)
+        producer.flush()
+        _settle(futures)
+    finally:
+        producer.close()
+        view.close()
+    return written
+
+
+def _settle(futures: list[FutureRecordMetadata]) -> None:
+    for f in futures:
+        f.result()  # raises the record's error: the Spark task fails (and Spark retries it)
+    futures.clear()

@@ -1,0 +1,295 @@
+"""The ``minikafka`` format for PySpark 4 (Python Data Source API; no JVM jar).
+
+Theory of operation
+-------------------
+``MinikafkaDataSource`` is what ``spark.dataSource.register`` takes. Its
+schema is Spark's Kafka-source schema (plus ``headers`` with
+``includeHeaders=true``). Planning runs on the driver: the batch reader lists
+partitions and offsets once per query and returns one ``InputPartition`` per
+offset range (``options.plan_ranges``); executors read the ranges in parallel,
+each straight from its leader (``cluster_io.read_range``), yielding Arrow
+record batches. The stream reader keeps offsets as ``{topic: {partition:
+offset}}``, rate-limits with ``maxOffsetsPerTrigger`` (Spark's ``ReadMaxRows``),
+supports ``Trigger.AvailableNow`` (the target is fixed when the trigger starts)
+and restarts from whatever offsets Spark checkpointed. Writers (batch and
+streaming) send rows through the idempotent acks=all producer.
+
+All option parsing and offset arithmetic is in ``options`` (pure); this module
+only adapts it to Spark's classes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
+from client.connection import ClusterView
+from client.spark import cluster_io
+from client.spark.options import (
+    TP,
+    OffsetRange,
+    SourceOptions,
+    SparkOptionError,
+    bootstrap_from,
+    check_data_loss,
+    offsets_from_json,
+    offsets_to_json,
+    parse_source_options,
+    plan_ranges,
+    rate_limit,
+    resolve_offsets,
+)
+
+log = logging.getLogger("minikafka.spark")
+
+KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+                "timestampType int")
+HEADERS_FIELD = "headers array<struct<key:string,value:binary>>"
+
+
+class MinikafkaDataSource(DataSource):
+    """``spark.read.format("minikafka")`` / ``readStream`` / ``write`` / ``writeStream``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "minikafka"
+
+    def schema(self) -> str:
+        include = str(_opt(self.options, "includeHeaders", "false")).strip().lower() == "true"
+        return KAFKA_SCHEMA + (", " + HEADERS_FIELD if include else "")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return MinikafkaBatchReader(parse_source_options(dict(self.options), streaming=False), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return MinikafkaStreamReader(parse_source_options(dict(self.options), streaming=True), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> MinikafkaWriter:
+        return MinikafkaWriter(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> MinikafkaStreamWriter:
+        return MinikafkaStreamWriter(dict(self.options), schema)
+
+
+def _opt(options: Any, name: str, default: str | None = None) -> str | None:
+    for k, v in dict(options).items():
+        if str(k).lower() == name.lower():
+            return str(v)
+    return default
+
+
+# ------------------------------------------------------------------ reading
+
+
+class _RangeReading:
+    """What batch and stream readers share: reading one planned range on an executor."""
+
+    opts: SourceOptions
+    spark_schema: StructType
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        rng: OffsetRange | None = partition.value
+        if rng is None:  # nothing to read: Spark plans one empty partition when partitions() is empty
+            return
+        arrow_schema = to_arrow_schema(self.spark_schema, timezone="UTC")
+        yield from cluster_io.read_range(
+            self.opts.bootstrap_servers, rng, include_headers=self.opts.include_headers,
+            max_bytes=self.opts.max_partition_fetch_bytes, fail_on_data_loss=self.opts.fail_on_data_loss,
+            request_timeout_ms=self.opts.request_timeout_ms, retry_timeout_ms=self.opts.read_retry_timeout_ms,
+            arrow_schema=arrow_schema)
+
+    def _view(self) -> ClusterView:
+        return ClusterView(self.opts.bootstrap_servers, timeout_s=self.opts.request_timeout_ms / 1000.0)
+
+    def _list(self, view: ClusterView, tps: Sequence[TP], timestamp: int) -> dict[TP, int]:
+        if not tps:
+            return {}
+        return cluster_io.list_offsets(view, {tp: timestamp for tp in tps}, timeout_s=self.opts.request_timeout_ms / 1000)
+
+    def _starting_offsets(self, view: ClusterView, tps: Sequence[TP]) -> dict[TP, int]:
+        earliest, latest = self._list(view, tps, -2), self._list(view, tps, -1)
+        stamps = None
+        if self.opts.starting.by_timestamp:
+            wanted = {tp: ts for tp in tps if (ts := self.opts.starting.timestamp_for(tp)) is not None}
+            stamps = cluster_io.list_offsets(view, wanted, timeout_s=self.opts.request_timeout_ms / 1000)
+        start = resolve_offsets(self.opts.starting, tps, earliest, latest, stamps)
+        start, warnings = check_data_loss(start, earliest, latest, fail_on_data_loss=self.opts.fail_on_data_loss)
+        for w in warnings:
+            log.warning("%s", w)
+        return start
+
+
+class MinikafkaBatchReader(_RangeReading, DataSourceReader):
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.spark_schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        view = self._view()
+        try:
+            tps = cluster_io.list_partitions(view, self.opts.subscription)
+            start = self._starting_offsets(view, tps)
+            earliest, latest = self._list(view, tps, -2), self._list(view, tps, -1)
+            end = resolve_offsets(self.opts.ending, tps, earliest, latest)
+        finally:
+            view.close()
+        for tp, off in list(end.items()):
+            if off > latest[tp]:  # only committed records are read (SPEC S3.2)
+                log.warning("%s-%d: endingOffsets %d is above the high watermark %d; reading up to the HW",
+                            tp[0], tp[1], off, latest[tp])
+                end[tp] = latest[tp]
+        ranges = plan_ranges(start, end, self.opts.min_partitions)
+        log.info("minikafka batch read: %d ranges, %d records", len(ranges), sum(r.size for r in ranges))
+        return [InputPartition(r) for r in ranges]
+
+
+class MinikafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.spark_schema = schema
+        self._cluster: ClusterView | None = None
+        self._available_now_target: dict[TP, int] | None = None
+
+    @property
+    def cluster(self) -> ClusterView:
+        if self._cluster is None:
+            self._cluster = self._view()
+        return self._cluster
+
+    def initialOffset(self) -> dict[str, Any]:
+        tps = cluster_io.list_partitions(self.cluster, self.opts.subscription)
+        return offsets_to_json(self._starting_offsets(self.cluster, tps))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps = cluster_io.list_partitions(self.cluster, self.opts.subscription)
+        self._available_now_target = self._list(self.cluster, tps, -1)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = offsets_from_json(start)
+        tps = cluster_io.list_partitions(self.cluster, self.opts.subscription)
+        new = [tp for tp in tps if tp not in begin]
+        if new:  # partitions added since the last batch are read from their beginning, as in Spark
+            begin.update(self._list(self.cluster, new, -2))
+        latest = self._list(self.cluster, tps, -1)
+        if self._available_now_target is not None:
+            latest = {tp: min(hi, self._available_now_target.get(tp, begin[tp])) for tp, hi in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            latest = rate_limit(begin, latest, limit.max_rows)
+        return offsets_to_json(latest)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        tps = cluster_io.list_partitions(self.cluster, self.opts.subscription)
+        return offsets_to_json(self._list(self.cluster, tps, -1)) if tps else None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin, until = offsets_from_json(start), offsets_from_json(end)
+        tps = sorted(until)
+        earliest = self._list(self.cluster, tps, -2)
+        latest = self._list(self.cluster, tps, -1)
+        begin = {tp: begin.get(tp, earliest[tp]) for tp in tps}
+        begin, warnings = check_data_loss(begin, earliest, {tp: max(latest[tp], until[tp]) for tp in tps},
+                                          fail_on_data_loss=self.opts.fail_on_data_loss)
+        for w in warnings:
+            log.warning("%s", w)
+        until = {tp: max(until[tp], begin[tp]) for tp in tps}
+        return [InputPartition(r) for r in plan_ranges(begin, until, self.opts.min_partitions)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # offsets live in Spark's checkpoint, as with Spark's Kafka source
+
+    def stop(self) -> None:
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+
+# ------------------------------------------------------------------ writing
+
+
+@dataclass(frozen=True)
+class RecordsWritten(WriterCommitMessage):
+    records: int
+
+
+def validate_sink_schema(schema: StructType, topic_option: str | None) -> None:
+    """Spark's Kafka-sink column rules, checked on the driver before any task starts."""
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    names = ", ".join(f.name for f in schema.fields)
+    if "value" not in fields:
+        raise SparkOptionError(f"the DataFrame to write needs a 'value' column (binary or string); it has: {names}")
+    for col in ("value", "key"):
+        if col in fields and not isinstance(fields[col], BinaryType | StringType):
+            raise SparkOptionError(f"column {col!r} must be binary or string, not {fields[col].simpleString()}")
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise SparkOptionError(f"column 'topic' must be a string, not {fields['topic'].simpleString()}")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise SparkOptionError(f"column 'partition' must be an int, not {fields['partition'].simpleString()}")
+    if "headers" in fields:
+        h = fields["headers"]
+        ok = (isinstance(h, ArrayType) and isinstance(h.elementType, StructType)
+              and [f.name for f in h.elementType.fields] == ["key", "value"]
+              and isinstance(h.elementType.fields[0].dataType, StringType)
+              and isinstance(h.elementType.fields[1].dataType, BinaryType))
+        if not ok:
+            raise SparkOptionError(f"column 'headers' must be array<struct<key:string,value:binary>>, "
+                                   f"not {h.simpleString()}")
+    if "topic" not in fields and not topic_option:
+        raise SparkOptionError("no topic to write to: give a 'topic' column or .option('topic', NAME)")
+
+
+class _Sink:
+    def __init__(self, options: dict[str, Any], schema: StructType) -> None:
+        self.bootstrap = bootstrap_from(options)
+        self.topic = _opt(options, "topic")
+        validate_sink_schema(schema, self.topic)
+        if self.topic:  # fail fast on the driver, before tasks start
+            view = ClusterView(self.bootstrap)
+            try:
+                cluster_io.check_topics_exist(view, [self.topic])
+            finally:
+                view.close()
+
+    def write(self, iterator: Iterator[Any]) -> RecordsWritten:
+        return RecordsWritten(cluster_io.write_arrow_batches(self.bootstrap, iterator, self.topic))
+
+
+class MinikafkaWriter(_Sink, DataSourceArrowWriter):
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        total = sum(m.records for m in messages if isinstance(m, RecordsWritten))
+        log.info("minikafka sink: %d records written", total)
+
+
+class MinikafkaStreamWriter(_Sink, DataSourceStreamArrowWriter):
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        total = sum(m.records for m in messages if isinstance(m, RecordsWritten))
+        log.info("minikafka sink: batch %d, %d records written", batchId, total)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        # Records already acknowledged stay written (at-least-once, as Spark's Kafka sink).
+        log.warning("minikafka sink: batch %d aborted", batchId)
