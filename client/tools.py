@@ -25,7 +25,7 @@ from client.producer import Producer
 from proto import errors
 
 
-def _connection_args(p: argparse.ArgumentParser, zookeeper: bool = False) -> None:
+def add_connection_args(p: argparse.ArgumentParser, zookeeper: bool = False) -> None:
     p.add_argument("--bootstrap-server", default=None, help="host:port[,host:port] (default: the local cluster)")
     if zookeeper:
         p.add_argument("--zookeeper", default=None, help="host:port[/chroot] (default: the local cluster's)")
@@ -33,7 +33,7 @@ def _connection_args(p: argparse.ArgumentParser, zookeeper: bool = False) -> Non
     p.add_argument("--output", choices=["table", "json"], default="table")
 
 
-def _bootstrap(args: argparse.Namespace) -> str:
+def bootstrap_from_args(args: argparse.Namespace) -> str:
     if args.bootstrap_server:
         return str(args.bootstrap_server)
     try:
@@ -69,7 +69,7 @@ def _acks(value: str) -> int | str:
 
 def add_parsers(sub: Any) -> None:
     t = sub.add_parser("topics", help="create, list, describe, alter, delete topics (kafka-topics)")
-    _connection_args(t)
+    add_connection_args(t)
     action = t.add_mutually_exclusive_group(required=True)
     for a in ("create", "list", "describe", "delete", "alter"):
         action.add_argument(f"--{a}", action="store_true")
@@ -82,7 +82,7 @@ def add_parsers(sub: Any) -> None:
     t.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("produce", help="records from stdin, one per line (kafka-console-producer)")
-    _connection_args(p)
+    add_connection_args(p)
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int, default=None)
     p.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
@@ -92,7 +92,7 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=cmd_produce)
 
     c = sub.add_parser("consume", help="print records (kafka-console-consumer)")
-    _connection_args(c, zookeeper=True)
+    add_connection_args(c, zookeeper=True)
     c.add_argument("--topic", required=True)
     c.add_argument("--group", default=None)
     c.add_argument("--from-beginning", action="store_true")
@@ -106,7 +106,7 @@ def add_parsers(sub: Any) -> None:
     c.set_defaults(func=cmd_consume)
 
     g = sub.add_parser("groups", help="list, describe, reset consumer groups (kafka-consumer-groups)")
-    _connection_args(g, zookeeper=True)
+    add_connection_args(g, zookeeper=True)
     gaction = g.add_mutually_exclusive_group(required=True)
     for a in ("list", "describe", "reset-offsets"):
         gaction.add_argument(f"--{a}", action="store_true")
@@ -121,14 +121,14 @@ def add_parsers(sub: Any) -> None:
     g.set_defaults(func=cmd_groups)
 
     le = sub.add_parser("leader-election", help="preferred replica election (kafka-leader-election)")
-    _connection_args(le, zookeeper=True)
+    add_connection_args(le, zookeeper=True)
     le.add_argument("--topic")
     le.add_argument("--partition", type=int, default=None)
     le.add_argument("--all-topic-partitions", action="store_true")
     le.set_defaults(func=cmd_leader_election)
 
     ra = sub.add_parser("reassign-partitions", help="move replicas (kafka-reassign-partitions)")
-    _connection_args(ra, zookeeper=True)
+    add_connection_args(ra, zookeeper=True)
     ra_action = ra.add_mutually_exclusive_group(required=True)
     ra_action.add_argument("--execute", action="store_true")
     ra_action.add_argument("--verify", action="store_true")
@@ -139,7 +139,7 @@ def add_parsers(sub: Any) -> None:
     psub = perf.add_subparsers(dest="perf_command", metavar="SUBCOMMAND")
     psub.required = True
     pp = psub.add_parser("produce", help="kafka-producer-perf-test")
-    _connection_args(pp)
+    add_connection_args(pp)
     pp.add_argument("--topic", required=True)
     pp.add_argument("--num-records", type=int, required=True)
     pp.add_argument("--record-size", type=int, default=100)
@@ -149,7 +149,7 @@ def add_parsers(sub: Any) -> None:
     pp.add_argument("--linger-ms", type=int, default=2)
     pp.set_defaults(func=cmd_perf_produce)
     pc = psub.add_parser("consume", help="kafka-consumer-perf-test")
-    _connection_args(pc)
+    add_connection_args(pc)
     pc.add_argument("--topic", required=True)
     pc.add_argument("--messages", type=int, required=True)
     pc.add_argument("--timeout-ms", type=int, default=30000)
@@ -164,7 +164,7 @@ def _print(args: argparse.Namespace, obj: Any, table: str) -> None:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    with AdminClient(_bootstrap(args)) as admin:
+    with AdminClient(bootstrap_from_args(args)) as admin:
         if args.list:
             names = admin.list_topics()
             _print(args, names, "\n".join(names))
@@ -217,7 +217,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     acks = _acks(args.acks)
     count = 0
     futures = []
-    with Producer(_bootstrap(args), acks=acks, enable_idempotence=acks == "all",
+    with Producer(bootstrap_from_args(args), acks=acks, enable_idempotence=acks == "all",
                   compression_type=args.compression) as producer:
         for line in sys.stdin:
             line = line.rstrip("\n")
@@ -243,7 +243,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
                                                                           "timestamp")}
     sep = props.get("key.separator", "\t")
     reset = "earliest" if args.from_beginning else "latest"
-    consumer = Consumer(bootstrap_servers=_bootstrap(args), group_id=args.group, auto_offset_reset=reset,
+    consumer = Consumer(bootstrap_servers=bootstrap_from_args(args), group_id=args.group, auto_offset_reset=reset,
                         zookeeper_connect=_zookeeper(args) if args.group else None, enable_auto_commit=True,
                         auto_commit_interval_ms=1000)
     n = 0
@@ -301,7 +301,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 def cmd_groups(args: argparse.Namespace) -> int:
-    with AdminClient(_bootstrap(args), zookeeper_connect=_zookeeper(args)) as admin:
+    with AdminClient(bootstrap_from_args(args), zookeeper_connect=_zookeeper(args)) as admin:
         if args.list:
             groups = admin.list_groups()
             _print(args, groups, "\n".join(groups))
@@ -352,7 +352,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
 
 
 def cmd_leader_election(args: argparse.Namespace) -> int:
-    with AdminClient(_bootstrap(args), zookeeper_connect=_zookeeper(args)) as admin:
+    with AdminClient(bootstrap_from_args(args), zookeeper_connect=_zookeeper(args)) as admin:
         if args.all_topic_partitions:
             tps = [TopicPartition(t, p) for t in admin.list_topics() for p in admin.view.partitions_of(t)]
         elif args.topic:
@@ -368,7 +368,7 @@ def cmd_leader_election(args: argparse.Namespace) -> int:
 
 
 def cmd_reassign(args: argparse.Namespace) -> int:
-    with AdminClient(_bootstrap(args), zookeeper_connect=_zookeeper(args)) as admin:
+    with AdminClient(bootstrap_from_args(args), zookeeper_connect=_zookeeper(args)) as admin:
         if args.verify:
             busy = admin.reassignment_in_progress()
             _print(args, {"in_progress": busy}, "Reassignment in progress." if busy else "Reassignment complete.")
@@ -394,7 +394,7 @@ def cmd_perf_produce(args: argparse.Namespace) -> int:
     value = b"x" * args.record_size
     latencies: list[float] = []
     interactive = sys.stderr.isatty() and args.output != "json"
-    with Producer(_bootstrap(args), acks=acks, enable_idempotence=acks == "all", batch_size=args.batch_size,
+    with Producer(bootstrap_from_args(args), acks=acks, enable_idempotence=acks == "all", batch_size=args.batch_size,
                   linger_ms=args.linger_ms, buffer_memory=1_000_000) as producer:
         perf = time.perf_counter
         start = perf()
@@ -437,7 +437,7 @@ def cmd_perf_produce(args: argparse.Namespace) -> int:
 
 
 def cmd_perf_consume(args: argparse.Namespace) -> int:
-    consumer = Consumer(args.topic, bootstrap_servers=_bootstrap(args), auto_offset_reset="earliest",
+    consumer = Consumer(args.topic, bootstrap_servers=bootstrap_from_args(args), auto_offset_reset="earliest",
                         max_poll_records=10_000)
     n = nbytes = 0
     start = time.perf_counter()

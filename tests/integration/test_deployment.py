@@ -48,3 +48,16 @@ def test_compose_brokers_match_the_local_launcher() -> None:
         assert any(v.endswith(":" + str(cfg.log_dir_paths[0])) for v in svc["volumes"])
     demo = parser.parse_args(spec["services"]["demo"]["command"])
     assert demo.command == "demo" and demo.what == "cluster"
+
+
+def test_compose_spark_job_runs_a_real_job_with_valid_arguments() -> None:
+    from spark_jobs import topic_to_parquet
+
+    spec = yaml.safe_load(COMPOSE.read_text())
+    job = spec["services"]["spark-job"]
+    assert job["entrypoint"][:3] == ["python", "-m", "spark_jobs.topic_to_parquet"]
+    assert job["build"]["args"]["WITH_SPARK"] == "1"
+    assert "WITH_SPARK" in (ROOT / "Dockerfile").read_text()
+    parsed = topic_to_parquet.build_parser().parse_args(job["command"])
+    assert parsed.bootstrap_server == "broker-1:19092,broker-2:29092,broker-3:39092"
+    assert parsed.topic == "events"

@@ -238,3 +238,24 @@ def test_leader_killed_during_a_read_yields_every_record_once(spark: Any, cluste
     assert result["rows"] == acked
     view.refresh(["kill"])
     assert view.partitions[("kill", 0)].leader != victim
+
+
+def test_example_jobs_run_as_the_readme_says(spark: Any, module_cluster: ClusterFixture, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from spark_jobs import events_per_key, topic_to_parquet
+
+    make_topic(module_cluster, "jobs-in", 3)
+    make_topic(module_cluster, "jobs-out", 1)
+    acked = produce(module_cluster, "jobs-in", 500)
+    out = tmp_path / "parquet"
+    assert topic_to_parquet.main(["--bootstrap-server", bootstrap(module_cluster), "--topic", "jobs-in",
+                                  "--out", str(out)]) == 0
+    assert "wrote 500 rows" in capsys.readouterr().out
+    copied = spark.read.parquet(str(out))
+    assert sorted(r.value for r in copied.select("value").collect()) == sorted(v.decode() for v in acked.values())
+    assert events_per_key.main(["--bootstrap-server", bootstrap(module_cluster), "--topic", "jobs-in",
+                                "--available-now", "--out-topic", "jobs-out",
+                                "--checkpoint", str(tmp_path / "chk")]) == 0
+    assert "500 input records" in capsys.readouterr().out
+    counts = read(spark, module_cluster, subscribe="jobs-out").selectExpr("cast(value as string) AS v").collect()
+    assert sum(int(r.v) for r in counts) == 500  # every key once (unique keys), one window each
