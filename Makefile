@@ -29,7 +29,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 typecheck: setup
-	$(BIN)/mypy proto broker controller client bench
+	$(BIN)/mypy proto broker controller client bench spark_jobs
 
 test: setup lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)

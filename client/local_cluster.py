@@ -92,8 +92,10 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> s
 class ZooKeeperServer:
     """Debian's ZooKeeper on a loopback port, as a child process."""
 
-    def __init__(self, directory: Path, port: int | None = None, tick_ms: int = 500) -> None:
+    def __init__(self, directory: Path, port: int | None = None, tick_ms: int = 500,
+                 host: str = "127.0.0.1") -> None:
         self.dir = directory
+        self.host = host
         self.port = port or free_port()
         self.tick_ms = tick_ms
         self.proc: subprocess.Popen[bytes] | None = None
@@ -101,7 +103,7 @@ class ZooKeeperServer:
 
     @property
     def connect(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout_s: float = 60.0) -> None:
         if not ZK_JAR.exists():
@@ -116,7 +118,7 @@ class ZooKeeperServer:
             f"tickTime={self.tick_ms}",
             f"dataDir={data}",
             f"clientPort={self.port}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={self.host}",
             "admin.enableServer=false",
             "4lw.commands.whitelist=*",
             f"minSessionTimeout={2 * self.tick_ms}",
@@ -140,7 +142,7 @@ class ZooKeeperServer:
             if self.proc is not None and self.proc.poll() is not None:
                 raise ClusterError(f"ZooKeeper exited with {self.proc.returncode}; see {self.dir / 'zookeeper.log'}")
             try:
-                if four_letter_word("127.0.0.1", self.port, "ruok") == "imok":
+                if four_letter_word(self.host, self.port, "ruok") == "imok":
                     return
             except OSError:
                 pass
@@ -185,6 +187,8 @@ class BrokerProc:
     config: str = ""
     log: str = ""
     metrics_port: int = -1
+    host: str = "127.0.0.1"
+    netns: str = ""  # run inside this network namespace (`ip netns exec`), for partition tests
 
     @property
     def metrics_address(self) -> str:
@@ -192,7 +196,7 @@ class BrokerProc:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
 
 @dataclass
@@ -230,7 +234,7 @@ def broker_properties(b: BrokerProc, zookeeper_connect: str, data_dir: Path, bro
     """The broker configs a local cluster runs with (docker-compose.yml sets the same keys)."""
     return {
         "broker.id": str(b.broker_id),
-        "listeners": f"PLAINTEXT://127.0.0.1:{b.port}",
+        "listeners": f"PLAINTEXT://{b.host}:{b.port}",
         "zookeeper.connect": zookeeper_connect,
         "zookeeper.session.timeout.ms": "6000",
         "log.dirs": str(data_dir),
@@ -244,8 +248,12 @@ class LocalCluster:
     """ZooKeeper + brokers under one directory. Used by the CLI and by the integration tests."""
 
     def __init__(self, directory: Path, *, zookeeper: str | None = None,
-                 broker_overrides: dict[str, str] | None = None) -> None:
+                 broker_overrides: dict[str, str] | None = None,
+                 broker_netns: dict[int, tuple[str, str]] | None = None) -> None:
+        """``broker_netns``: broker id -> (network namespace, address in it) for brokers that run in
+        namespaces of their own (tests/chaos' network partition); others listen on 127.0.0.1."""
         self.dir = directory.resolve()
+        self.broker_netns = dict(broker_netns or {})
         self.external_zk = zookeeper
         self.overrides = dict(broker_overrides or {})
         self.zk: ZooKeeperServer | None = None
@@ -270,7 +278,9 @@ class LocalCluster:
         self.state = ClusterState(str(self.dir), connect, zk_pid, str(self.dir / "zookeeper"))
         ports = free_ports(2 * brokers)
         for i in range(1, brokers + 1):
-            self.state.brokers[i] = BrokerProc(i, ports[2 * i - 2], metrics_port=ports[2 * i - 1])
+            netns, host = self.broker_netns.get(i, ("", "127.0.0.1"))
+            self.state.brokers[i] = BrokerProc(i, ports[2 * i - 2], metrics_port=ports[2 * i - 1], host=host,
+                                               netns=netns)
             self._write_config(self.state.brokers[i], brokers)
         self.state.save()
         for b in self.state.brokers.values():
@@ -296,7 +306,9 @@ class LocalCluster:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        proc = subprocess.Popen([sys.executable, "-m", "client.cli", "broker", "--config", b.config],
+        # `ip netns exec` execs the command in place: the pid is still the broker's own.
+        prefix = ["ip", "netns", "exec", b.netns] if b.netns else []
+        proc = subprocess.Popen([*prefix, sys.executable, "-m", "client.cli", "broker", "--config", b.config],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env, cwd=root)
         log.close()

@@ -49,7 +49,7 @@ def _replica_batches(view: ClusterView, address: str, topic: str, partition: int
         req = pb.FetchRequest(replica_id=-2, max_wait_ms=0, min_bytes=1, max_bytes=4 << 20, topics=[
             pb.FetchTopic(name=topic, partitions=[pb.FetchPartition(partition=partition, fetch_offset=offset,
                                                                     partition_max_bytes=4 << 20)])])
-        pr = api.Fetch(req, timeout=10).topics[0].partitions[0]
+        pr = api.Fetch(req, timeout=10, wait_for_ready=True).topics[0].partitions[0]
         if pr.error_code != E.NONE:
             raise errors.for_code(pr.error_code)(f"{topic}-{partition} at {address}")
         data = pr.records
@@ -87,7 +87,10 @@ def verify(view: ClusterView, topic: str | None) -> list[dict[str, Any]]:
                     req = pb.FetchRequest(replica_id=-2, max_wait_ms=0, topics=[pb.FetchTopic(
                         name=t.name, partitions=[pb.FetchPartition(partition=p.partition, fetch_offset=0,
                                                                    partition_max_bytes=1)])])
-                    pr = view.connection(view.brokers[r]).api.Fetch(req, timeout=10).topics[0].partitions[0]
+                    # wait_for_ready: a replica that has just restarted gets the timeout to answer,
+                    # instead of failing fast on the channel's last (failed) connection attempt.
+                    pr = view.connection(view.brokers[r]).api.Fetch(req, timeout=10,
+                                                                    wait_for_ready=True).topics[0].partitions[0]
                     starts[r] = pr.log_start_offset
                     if r == p.leader:
                         hw = pr.high_watermark

@@ -5,9 +5,15 @@ The negative control shows the checker does report a loss when one happens."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import E, create_topic, isr_of, leader_of, wait_for
@@ -49,7 +55,8 @@ def _finish(c, view, workload: Workload, zk_client: KazooClient, before: tuple[i
     report = check(writes, workload.read_all())
     assert report.writes.get(OK, 0) > 100, report.summary()
     assert report.valid, report.summary()
-    assert all(e["status"] == "OK" for e in verify(view, "chaos")), "replicas differ below the HW"
+    replicas = verify(view, "chaos")
+    assert all(e["status"] == "OK" for e in replicas), f"replicas not verified identical below the HW: {replicas}"
     controller_epoch, leader_epochs = _epochs(view, zk_client)
     assert controller_epoch >= before[0]
     assert all(now >= then for now, then in zip(leader_epochs, before[1], strict=True))
@@ -60,7 +67,7 @@ def test_leader_killed_and_restarted_repeatedly(cluster, zk_client: KazooClient)
     before = _epochs(view, zk_client)
     workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
     workload.start()
-    for _round in range(3):
+    for _round in range(5):
         time.sleep(0.5)
         leader = leader_of(view, "chaos", 0)[0]
         c.signal(leader, "KILL")
@@ -203,3 +210,64 @@ def test_zookeeper_outage_does_not_stop_produce_and_consume(cluster, zookeeper, 
         os.kill(zookeeper.pid, signal.SIGCONT)
     wait_for(lambda: sorted(c.zk_view()["registered"]) == [1, 2, 3], timeout_s=30, what="brokers re-registered")
     _finish(c, view, workload, zk_client, before)
+
+
+def _netns_unavailable() -> str | None:
+    """Why network-namespace scenarios cannot run here (None when they can)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "needs root to create network namespaces"
+    if shutil.which("ip") is None:
+        return "the ip tool (iproute2) is not installed"
+    probe = f"mkprobe{os.getpid()}"
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"`ip netns add` does not work here: {r.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+def test_network_partition_of_one_follower_shrinks_and_regrows_the_isr(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    reason = _netns_unavailable()
+    if reason:
+        pytest.skip(reason)
+    tag = f"mk{os.getpid() % 100_000}"
+    hub, brokers = f"{tag}-hub", [f"{tag}-b{i}" for i in (1, 2, 3)]
+    prefix = "10.231.0"  # private to these namespaces: nothing outside them sees it
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+    try:
+        for n in (hub, *brokers):
+            ip("netns", "add", n)
+            ip("-n", n, "link", "set", "lo", "up")
+        ip("-n", hub, "link", "add", "br0", "type", "bridge")
+        ip("-n", hub, "addr", "add", f"{prefix}.254/24", "dev", "br0")
+        ip("-n", hub, "link", "set", "br0", "up")
+        for i, n in enumerate(brokers, start=1):
+            ip("-n", hub, "link", "add", f"vb{i}", "type", "veth", "peer", "name", "eth0", "netns", n)
+            ip("-n", hub, "link", "set", f"vb{i}", "master", "br0", "up")
+            ip("-n", n, "addr", "add", f"{prefix}.{i}/24", "dev", "eth0")
+            ip("-n", n, "link", "set", "eth0", "up")
+        driver = Path(__file__).with_name("netns_partition.py")
+        r = subprocess.run(["ip", "netns", "exec", hub, sys.executable, str(driver), "--prefix", prefix,
+                            "--netns-prefix", tag, "--dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        seen = json.loads(r.stdout.strip().splitlines()[-1])
+    finally:
+        for n in (*brokers, hub):
+            pids = subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True).stdout.split()
+            for pid in pids:  # only if the driver died before stopping its cluster
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    print("scenario 8:", seen)
+    follower = seen["follower"]
+    assert seen["isr_before"] == [1, 2, 3]
+    assert follower not in seen["isr_during"] and len(seen["isr_during"]) == 2, seen
+    assert seen["follower_still_registered"], "the partition must not cut the follower from ZooKeeper"
+    assert seen["isr_after"] == [1, 2, 3], seen
+    assert seen["valid"] and seen["writes_ok"] > 100, seen["summary"]
+    assert seen["replicas_identical"], seen
+    assert seen["epoch_after"] >= seen["epoch_before"]
