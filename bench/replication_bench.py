@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--batch-size", type=int, default=65536)
     ap.add_argument("--linger-ms", type=int, default=2)
-    ap.add_argument("--buffer-memory", type=int, default=1_000_000,
+    ap.add_argument("--buffer-memory", type=int, default=262_144,
                     help="bytes the producer may hold unacknowledged (back-pressure, bounds latency)")
     ap.add_argument("--throughput", type=int, default=-1, help="records/s to offer (-1: as fast as possible)")
     ap.add_argument("--json", action="store_true")

@@ -329,9 +329,21 @@ def _decompress(codec: int, data: bytes | memoryview) -> bytes:
     raise UnsupportedCompressionTypeError(f"compression codec {codec} is not supported")
 
 
+_SMALL = 8192  # non-negative values below this are one table lookup (zig-zag value < 16384)
+
+
 def encode_record_body(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
                        headers: Sequence[Header] = ()) -> bytes:
     """One record, its length prefix included."""
+    if (not headers and 0 <= timestamp_delta < _SMALL and offset_delta < _SMALL
+            and (key is None or len(key) < _SMALL) and (value is None or len(value) < _SMALL)):
+        # The producer's hot path (one call per record): table lookups and one join, no helpers.
+        t = _UVARINT
+        body = b"".join((b"\x00", t[timestamp_delta << 1], t[offset_delta << 1],
+                         _NULL if key is None else t[len(key) << 1], key or b"",
+                         _NULL if value is None else t[len(value) << 1], value or b"", b"\x00"))
+        n = len(body)
+        return (t[n << 1] if n < _SMALL else encode_varint(n)) + body
     parts = [b"\x00", encode_varint(timestamp_delta), encode_varint(offset_delta)]
     if key is None:
         parts.append(_NULL)

@@ -171,3 +171,13 @@ def test_every_wire_error_code_has_one_error_class() -> None:
     assert str(errors.NotEnoughReplicasError("isr=1")) == "NOT_ENOUGH_REPLICAS: isr=1"
     with pytest.raises(ValueError):
         errors.for_code(0)
+
+
+@pytest.mark.parametrize("size", [0, 1, 8191, 8192, 20_000])
+@pytest.mark.parametrize("delta", [0, 8191, 8192])
+def test_record_encoding_round_trips_on_both_sides_of_the_fast_path(size: int, delta: int) -> None:
+    # encode_record_body has a table-lookup fast path for small fields; the boundaries must agree.
+    recs = [Record(value=b"v" * size, key=None if size % 2 else b"k" * size, timestamp=1000 + delta * i)
+            for i in range(2)] + [Record(value=None, key=b"x", timestamp=1000)]
+    _h, back = decode_batch(encode_batch(recs))
+    assert [(r.value, r.key, r.timestamp) for r in back] == [(r.value, r.key, r.timestamp) for r in recs]
