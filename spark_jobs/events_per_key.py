@@ -18,8 +18,8 @@ import sys
 import tempfile
 from typing import Any
 
-from client.tools import add_connection_args, bootstrap_from_args
-from proto import errors
+from client.tools import add_connection_args
+from spark_jobs.job_session import JobSession
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,19 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master", default="local[2]")
     add_connection_args(p)
     args = p.parse_args(argv)
-    try:
-        bootstrap = bootstrap_from_args(args)
-    except errors.KafkaError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    job = JobSession("events_per_key", args)
+    spark, bootstrap = job.spark, job.bootstrap
+    from pyspark.sql import functions as F  # after the session: pyspark is the spark extra
 
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-
-    from client.spark import local_session
-
-    owns_session = SparkSession.getActiveSession() is None  # called from a program that has one: keep it
-    spark = local_session("events_per_key", master=args.master)
     events = (spark.readStream.format("minikafka").option("bootstrap.servers", bootstrap)
               .option("subscribe", args.topic).option("startingOffsets", args.starting_offsets)
               .option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger)).load())
@@ -81,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = sum(pr["numInputRows"] for pr in query.recentProgress)
     print(f"events_per_key: {len(query.recentProgress)} micro-batches, {rows} input records "
           f"(checkpoint {checkpoint})")
-    if owns_session:
-        spark.stop()
+    job.close()
     return 0
 
 

@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from client.tools import add_connection_args, bootstrap_from_args
-from proto import errors
+from client.tools import add_connection_args
+from spark_jobs.job_session import JobSession
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,18 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        bootstrap = bootstrap_from_args(args)
-    except errors.KafkaError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    job = JobSession("topic_to_parquet", args)
+    spark, bootstrap = job.spark, job.bootstrap
 
-    from pyspark.sql import SparkSession
-
-    from client.spark import local_session
-
-    owns_session = SparkSession.getActiveSession() is None  # called from a program that has one: keep it
-    spark = local_session("topic_to_parquet", master=args.master)
     reader = (spark.read.format("minikafka").option("bootstrap.servers", bootstrap)
               .option("subscribe", args.topic).option("startingOffsets", args.starting_offsets)
               .option("endingOffsets", args.ending_offsets))
@@ -60,8 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in written.groupBy("topic", "partition").agg({"offset": "min", "*": "count"}).orderBy("topic", "partition") \
             .collect():
         print(f"  {r['topic']}-{r['partition']}: {r['count(1)']} rows from offset {r['min(offset)']}")
-    if owns_session:
-        spark.stop()
+    job.close()
     return 0
 
 

@@ -23,11 +23,13 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/helpers.py
+
+from helpers import wait_for
 
 from client.chaos import Workload
 from client.connection import ClusterView
@@ -36,7 +38,6 @@ from client.local_cluster import LocalCluster, ZooKeeperServer
 from client.verify_replicas import verify
 from proto import minikafka_pb2 as pb
 
-T = TypeVar("T")
 TOPIC = "chaos"
 
 BROKER_CONFIG = {
@@ -48,20 +49,6 @@ BROKER_CONFIG = {
     "controlled.shutdown.retry.backoff.ms": "200",
     "leader.imbalance.check.interval.seconds": "3600",
 }
-
-
-def wait_for(cond: Callable[[], T], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            v = cond()
-            if v:
-                return v
-        except Exception as e:  # a broker unreachable for a moment
-            last = e
-        time.sleep(0.1)
-    raise SystemExit(f"timed out after {timeout_s}s waiting for {what} (last error: {last!r})")
 
 
 def route(netns: str, action: str, address: str) -> None:
@@ -97,7 +84,7 @@ def main() -> int:
             pl = view.partitions[(TOPIC, 0)]
             return pl.leader, pl.leader_epoch, tuple(sorted(pl.isr))
 
-        wait_for(lambda: len(partition_state()[2]) == 3, 30, "a full ISR")
+        wait_for(lambda: len(partition_state()[2]) == 3, timeout_s=30, what="a full ISR")
         leader, epoch_before, isr_before = partition_state()
         controller = view.controller_id
         follower = next(b for b in (1, 2, 3) if b not in (leader, controller))
@@ -113,8 +100,8 @@ def main() -> int:
             route(ns[b][0], "add", ns[follower][1])
             cut.append((ns[b][0], ns[follower][1]))
         started = time.monotonic()
-        isr_during = wait_for(lambda: (s := partition_state()[2]) and follower not in s and s, 30,
-                              "the ISR to shrink without the partitioned follower")
+        isr_during = wait_for(lambda: (s := partition_state()[2]) and follower not in s and s,
+                              timeout_s=30, what="the ISR to shrink without the partitioned follower")
         out["isr_during"] = list(isr_during)
         out["shrink_seconds"] = round(time.monotonic() - started, 1)
         out["follower_still_registered"] = follower in cluster.zk_view()["registered"]
@@ -123,7 +110,8 @@ def main() -> int:
             route(netns, "del", address)
         cut.clear()
         healed = time.monotonic()
-        isr_after = wait_for(lambda: len(s := partition_state()[2]) == 3 and s, 60, "the ISR to grow back")
+        isr_after = wait_for(lambda: len(s := partition_state()[2]) == 3 and s, timeout_s=60,
+                             what="the ISR to grow back")
         out["isr_after"] = list(isr_after)
         out["regrow_seconds"] = round(time.monotonic() - healed, 1)
         writes = workload.stop()
