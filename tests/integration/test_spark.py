@@ -166,6 +166,32 @@ def test_streaming_available_now_in_micro_batches_and_restart(spark: Any, module
     assert rows_of(spark.read.parquet(str(out))) == {**acked, **more}
 
 
+def test_streaming_processing_time_trigger_picks_up_new_records(spark: Any, module_cluster: ClusterFixture,
+                                                                 tmp_path: Path) -> None:
+    make_topic(module_cluster, "live", 2)
+    first = produce(module_cluster, "live", 200)
+    seen: Acked = {}
+    duplicates: list[tuple[int, int]] = []
+
+    def on_batch(df: Any, _batch_id: int) -> None:
+        for r in df.select("partition", "offset", "value").collect():
+            if (r.partition, r.offset) in seen:
+                duplicates.append((r.partition, r.offset))
+            seen[(r.partition, r.offset)] = bytes(r.value)
+
+    q = (spark.readStream.format("minikafka").option("bootstrap.servers", bootstrap(module_cluster))
+         .option("subscribe", "live").option("startingOffsets", "earliest").load()
+         .writeStream.foreachBatch(on_batch).option("checkpointLocation", str(tmp_path / "chk"))
+         .trigger(processingTime="500 milliseconds").start())
+    try:
+        wait_for(lambda: len(seen) >= 200, timeout_s=60, what="the first records")
+        more = produce(module_cluster, "live", 300, start=200)  # arrive while the query runs
+        wait_for(lambda: len(seen) >= 500, timeout_s=60, what="the records produced later")
+    finally:
+        q.stop()
+    assert seen == {**first, **more} and not duplicates
+
+
 def test_streaming_write_to_another_topic(spark: Any, module_cluster: ClusterFixture, tmp_path: Path) -> None:
     make_topic(module_cluster, "pipe-in", 2)
     make_topic(module_cluster, "pipe-out", 2)
