@@ -270,7 +270,7 @@ def write_arrow_batches(bootstrap_servers: str, batches: Iterable[Any], default_
     written = 0
     try:
         for batch in batches:
-            data = batch.to_pydict()
+            data = {name.lower(): col for name, col in batch.to_pydict().items()}  # Spark resolves names case-insensitively
             n = batch.num_rows
             values: Sequence[Any] = data["value"]
             keys: Sequence[Any] = data.get("key") or [None] * n

@@ -132,6 +132,12 @@ def test_writer_round_trip_and_clear_errors(spark: Any, module_cluster: ClusterF
     last = read(spark, module_cluster, subscribe="written", includeHeaders="true").where("key = X'68'").collect()
     assert len(last) == 1 and [(h.key, bytes(h.value)) for h in last[0].headers] == [("trace", b"1")]
 
+    # Column names resolve case-insensitively, as in Spark's Kafka sink.
+    spark.createDataFrame([("UP", "case")], "KEY string, Value string").write.format("minikafka") \
+        .mode("append").option("bootstrap.servers", bootstrap(module_cluster)).option("topic", "written").save()
+    up = read(spark, module_cluster, subscribe="written").where("key = CAST('UP' AS BINARY)").collect()
+    assert [bytes(r.value) for r in up] == [b"case"]
+
     with pytest.raises(Exception, match="needs a 'value' column"):
         spark.range(3).write.format("minikafka").mode("append") \
             .option("bootstrap.servers", bootstrap(module_cluster)).option("topic", "written").save()
