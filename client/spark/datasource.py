@@ -127,8 +127,8 @@ class _RangeReading:
             return {}
         return cluster_io.list_offsets(view, {tp: timestamp for tp in tps}, timeout_s=self.opts.request_timeout_ms / 1000)
 
-    def _starting_offsets(self, view: ClusterView, tps: Sequence[TP]) -> dict[TP, int]:
-        earliest, latest = self._list(view, tps, -2), self._list(view, tps, -1)
+    def _starting_offsets(self, view: ClusterView, tps: Sequence[TP], earliest: dict[TP, int],
+                          latest: dict[TP, int]) -> dict[TP, int]:
         stamps = None
         if self.opts.starting.by_timestamp:
             wanted = {tp: ts for tp in tps if (ts := self.opts.starting.timestamp_for(tp)) is not None}
@@ -149,8 +149,8 @@ class MinikafkaBatchReader(_RangeReading, DataSourceReader):
         view = self._view()
         try:
             tps = cluster_io.list_partitions(view, self.opts.subscription)
-            start = self._starting_offsets(view, tps)
             earliest, latest = self._list(view, tps, -2), self._list(view, tps, -1)
+            start = self._starting_offsets(view, tps, earliest, latest)
             end = resolve_offsets(self.opts.ending, tps, earliest, latest)
         finally:
             view.close()
@@ -179,7 +179,8 @@ class MinikafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTrigg
 
     def initialOffset(self) -> dict[str, Any]:
         tps = cluster_io.list_partitions(self.cluster, self.opts.subscription)
-        return offsets_to_json(self._starting_offsets(self.cluster, tps))
+        earliest, latest = self._list(self.cluster, tps, -2), self._list(self.cluster, tps, -1)
+        return offsets_to_json(self._starting_offsets(self.cluster, tps, earliest, latest))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger:
