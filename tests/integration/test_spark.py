@@ -291,3 +291,23 @@ def test_example_jobs_run_as_the_readme_says(spark: Any, module_cluster: Cluster
     assert "500 input records" in capsys.readouterr().out
     counts = read(spark, module_cluster, subscribe="jobs-out").selectExpr("cast(value as string) AS v").collect()
     assert sum(int(r.v) for r in counts) == 500  # every key once (unique keys), one window each
+
+
+def test_fail_on_data_loss_when_retention_deleted_the_starting_offsets(spark: Any, cluster: ClusterFixture) -> None:
+    from client.spark.cluster_io import list_offsets
+
+    cluster.start(log_retention_check_interval_ms="200")
+    make_topic(cluster, "retained", 1, **{"segment.bytes": "2048", "retention.bytes": "4096"})
+    acked: Acked = {}
+    for round_ in range(10):  # separate batches, so segments roll and old ones can go
+        acked.update(produce(cluster, "retained", 40, start=40 * round_))
+    view = cluster.view()
+    log_start = wait_for(lambda: list_offsets(view, {("retained", 0): -2})[("retained", 0)], timeout_s=30,
+                         what="retention to delete the first segments")
+    start_at_zero = '{"retained":{"0":0}}'
+    with pytest.raises(Exception, match="failOnDataLoss=false"):
+        read(spark, cluster, subscribe="retained", startingOffsets=start_at_zero).count()
+    rows = rows_of(read(spark, cluster, subscribe="retained", startingOffsets=start_at_zero, failOnDataLoss="false"))
+    first = min(o for _p, o in rows)  # the log start when the query ran (retention may have moved on)
+    assert first >= log_start > 0
+    assert rows == {k: v for k, v in acked.items() if k[1] >= first}
