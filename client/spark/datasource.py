@@ -51,8 +51,10 @@ from client.spark.options import (
     SparkOptionError,
     bootstrap_from,
     check_data_loss,
+    includes_headers,
     offsets_from_json,
     offsets_to_json,
+    option_value,
     parse_source_options,
     plan_ranges,
     rate_limit,
@@ -74,7 +76,7 @@ class MinikafkaDataSource(DataSource):
         return "minikafka"
 
     def schema(self) -> str:
-        include = str(_opt(self.options, "includeHeaders", "false")).strip().lower() == "true"
+        include = includes_headers(self.options)
         return KAFKA_SCHEMA + (", " + HEADERS_FIELD if include else "")
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -88,13 +90,6 @@ class MinikafkaDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> MinikafkaStreamWriter:
         return MinikafkaStreamWriter(dict(self.options), schema)
-
-
-def _opt(options: Any, name: str, default: str | None = None) -> str | None:
-    for k, v in dict(options).items():
-        if str(k).lower() == name.lower():
-            return str(v)
-    return default
 
 
 # ------------------------------------------------------------------ reading
@@ -170,6 +165,7 @@ class MinikafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTrigg
         self.spark_schema = schema
         self._cluster: ClusterView | None = None
         self._available_now_target: dict[TP, int] | None = None
+        self._latest: dict[TP, int] | None = None  # the HWs latestOffset saw, for reportLatestOffset
 
     @property
     def cluster(self) -> ClusterView:
@@ -197,7 +193,7 @@ class MinikafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTrigg
         new = [tp for tp in tps if tp not in begin]
         if new:  # partitions added since the last batch are read from their beginning, as in Spark
             begin.update(self._list(self.cluster, new, -2))
-        latest = self._list(self.cluster, tps, -1)
+        latest = self._latest = self._list(self.cluster, tps, -1)
         if self._available_now_target is not None:
             latest = {tp: min(hi, self._available_now_target.get(tp, begin[tp])) for tp, hi in latest.items()}
         if isinstance(limit, ReadMaxRows):
@@ -205,17 +201,16 @@ class MinikafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTrigg
         return offsets_to_json(latest)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        tps = cluster_io.list_partitions(self.cluster, self.opts.subscription)
-        return offsets_to_json(self._list(self.cluster, tps, -1)) if tps else None
+        # Spark asks right after latestOffset: report what that call listed rather than ask again.
+        return offsets_to_json(self._latest) if self._latest else None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, until = offsets_from_json(start), offsets_from_json(end)
         tps = sorted(until)
         earliest = self._list(self.cluster, tps, -2)
-        latest = self._list(self.cluster, tps, -1)
         begin = {tp: begin.get(tp, earliest[tp]) for tp in tps}
-        begin, warnings = check_data_loss(begin, earliest, {tp: max(latest[tp], until[tp]) for tp in tps},
-                                          fail_on_data_loss=self.opts.fail_on_data_loss)
+        # ``end`` holds the HWs latestOffset listed: a start beyond them means the topic went back.
+        begin, warnings = check_data_loss(begin, earliest, until, fail_on_data_loss=self.opts.fail_on_data_loss)
         for w in warnings:
             log.warning("%s", w)
         until = {tp: max(until[tp], begin[tp]) for tp in tps}
@@ -267,7 +262,7 @@ def validate_sink_schema(schema: StructType, topic_option: str | None) -> None:
 class _Sink:
     def __init__(self, options: dict[str, Any], schema: StructType) -> None:
         self.bootstrap = bootstrap_from(options)
-        self.topic = _opt(options, "topic")
+        self.topic = option_value(options, "topic")
         validate_sink_schema(schema, self.topic)
         if self.topic:  # fail fast on the driver, before tasks start
             view = ClusterView(self.bootstrap)

@@ -148,6 +148,15 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
 
+def option_value(options: Mapping[str, str], name: str) -> str | None:
+    """One option, looked up case-insensitively as Spark does."""
+    return _lower(options).get(name.lower())
+
+
+def includes_headers(options: Mapping[str, str]) -> bool:
+    return _bool(_lower(options), "includeHeaders", False)
+
+
 def bootstrap_from(options: Mapping[str, str]) -> str:
     opts = _lower(options)
     servers = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
