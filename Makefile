@@ -5,9 +5,9 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 PYTEST_ARGS ?=
 
-.PHONY: setup venv proto system-packages lint typecheck test unit integration quickstart chaos bench clean
+.PHONY: setup venv proto codec system-packages lint typecheck test unit integration fuzz quickstart chaos bench clean
 
-setup: venv proto system-packages
+setup: venv proto codec system-packages
 
 # Reinstall only when the dependency list changed (idempotent).
 venv: $(VENV)/.installed
@@ -21,6 +21,14 @@ $(VENV)/.installed: pyproject.toml
 # regenerates them from proto/*.proto and is a no-op when nothing changed.
 proto: $(VENV)/.installed
 	$(PY) -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. proto/minikafka.proto
+
+# The compiled record validator (proto/_codec.c). Optional: without a C compiler the build
+# warns and proto.record_batch uses its pure-Python twin.
+codec: $(VENV)/.codec
+$(VENV)/.codec: proto/_codec.c setup.py $(VENV)/.installed
+	$(PY) setup.py -q build_ext --inplace || echo "codec: not compiled; the pure-Python validator is used"
+	rm -rf build
+	touch $@
 
 system-packages:
 	bash scripts/ensure-system-packages.sh
@@ -39,6 +47,12 @@ unit: setup
 
 integration: setup
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+# Hostile input against a real cluster (issue 12): the long hypothesis profile of tests/fuzz
+# (`make test` runs its short, derandomized profile). MINIKAFKA_FUZZ_KEEP_GOING=1 lists every
+# failing example (in MINIKAFKA_FUZZ_JOURNAL) instead of stopping at the first.
+fuzz: setup
+	MINIKAFKA_FUZZ_PROFILE=long $(BIN)/pytest tests/fuzz --timeout 3600 $(PYTEST_ARGS)
 
 # The README's first command: start something real and show it working.
 quickstart: setup

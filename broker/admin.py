@@ -6,37 +6,33 @@ assignment znode the controller watches (S9.4); it then waits, bounded by the
 request's timeout, until this broker's metadata shows the topic led.
 DeleteTopics writes /admin/delete_topics/[topic] (S9.5) and waits until the
 topic has left the metadata.
+
+Every name is checked before it becomes a ZooKeeper path (SPEC S13.3); a topic
+listed twice in one request is INVALID_REQUEST; partitions and replication
+factor are -1 (the broker default) or at least 1, partitions at most
+``max.partitions.per.topic``; topic configs must lie within their bounds and
+the broker's segment floors (POLICY_VIOLATION); an assignment whose znode would
+exceed ZooKeeper's 1 MiB limit is refused before ZooKeeper refuses it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable
 
 from broker.config import CONFIG_DEFS, BrokerConfig
 from broker.log.config import TOPIC_CONFIG_NAMES, LogConfig
 from broker.metadata_cache import MetadataCache
+from broker.request_guard import error_message, judge_names
 from controller.assignment import assign_replicas, validate_manual_assignment
 from controller.zk_client import KafkaZkClient
 from proto import errors
 from proto import minikafka_pb2 as pb
+from proto.names import validate_topic_name
+from proto.zk_data import MAX_ZNODE_BYTES, ConfigTopicZNode, TopicZNode
 
-LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_TOPIC_LENGTH = 249
-
-
-def validate_topic_name(name: str) -> None:
-    if not name:
-        raise errors.InvalidTopicError("topic name is empty")
-    if name in (".", ".."):
-        raise errors.InvalidTopicError(f"topic name cannot be {name!r}")
-    if len(name) > MAX_TOPIC_LENGTH:
-        raise errors.InvalidTopicError(f"topic name is longer than {MAX_TOPIC_LENGTH} characters")
-    if not LEGAL_TOPIC.match(name):
-        raise errors.InvalidTopicError(
-            f"topic name {name!r} is illegal: only ASCII letters, digits, '.', '_' and '-' are allowed")
+E = pb.ErrorCode
 
 
 class AdminManager:
@@ -53,8 +49,12 @@ class AdminManager:
     async def create_topics(self, req: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
         resp = pb.CreateTopicsResponse()
         created: list[str] = []
-        for t in req.topics:
+        verdicts = judge_names([t.name for t in req.topics], self.config.max_request_partitions)
+        for t, verdict in zip(req.topics, verdicts, strict=True):
             r = resp.topics.add(name=t.name, num_partitions=-1, replication_factor=-1)
+            if verdict != E.NONE:
+                r.error_code, r.error_message = verdict, error_message(verdict)
+                continue
             try:
                 assignment = await self._plan_topic(t)
                 config = dict(t.configs)
@@ -67,7 +67,7 @@ class AdminManager:
                 r.error_code = e.wire_code
                 r.error_message = e.message
         if created:
-            deadline = time.monotonic() + max(0, req.timeout_ms) / 1000.0
+            deadline = time.monotonic() + min(max(0, req.timeout_ms), self.config.request_timeout_ms) / 1000.0
             while time.monotonic() < deadline and not all(self._is_led(t) for t in created):
                 await asyncio.sleep(0.02)
             for r in resp.topics:
@@ -83,10 +83,7 @@ class AdminManager:
     async def _plan_topic(self, t: pb.CreatableTopic) -> dict[int, list[int]]:
         validate_topic_name(t.name)
         if t.configs:
-            unknown = sorted(set(t.configs) - set(TOPIC_CONFIG_NAMES))
-            if unknown:
-                raise errors.InvalidConfigError(f"unknown topic config(s): {', '.join(unknown)}")
-            self.config.default_log_config().with_overrides(dict(t.configs))
+            self.check_topic_configs(dict(t.configs))
         if await asyncio.to_thread(self.zk.topic_exists, t.name):
             raise errors.TopicAlreadyExistsError(f"topic {t.name!r} already exists")
         live = await asyncio.to_thread(self.zk.get_broker_ids)
@@ -94,12 +91,54 @@ class AdminManager:
             if t.num_partitions not in (0, -1) or t.replication_factor not in (0, -1):
                 raise errors.InvalidRequestError(
                     "give either an explicit assignment or partitions and replication factor, not both")
-            assignment = {a.partition: list(a.broker_ids) for a in t.assignments}
+            if len(t.assignments) > self.config.max_partitions_per_topic:
+                raise errors.InvalidPartitionsError(
+                    f"{len(t.assignments)} partitions exceed max.partitions.per.topic="
+                    f"{self.config.max_partitions_per_topic}")
+            assignment: dict[int, list[int]] = {}
+            for a in t.assignments:
+                if a.partition in assignment:
+                    raise errors.InvalidReplicaAssignmentError(f"partition {a.partition} is assigned twice")
+                assignment[a.partition] = list(a.broker_ids)
             validate_manual_assignment(assignment, live)
-            return assignment
-        partitions = self.config.num_partitions if t.num_partitions in (0, -1) else t.num_partitions
-        rf = self.config.default_replication_factor if t.replication_factor in (0, -1) else t.replication_factor
-        return assign_replicas(live, partitions, rf)
+        else:
+            # Kafka's CreateTopics: -1 means the broker default; anything else must be a real count.
+            if t.num_partitions == -1:
+                partitions = self.config.num_partitions
+            elif t.num_partitions < 1:
+                raise errors.InvalidPartitionsError(f"number of partitions must be at least 1, got {t.num_partitions}")
+            else:
+                partitions = t.num_partitions
+            if partitions > self.config.max_partitions_per_topic:
+                raise errors.InvalidPartitionsError(
+                    f"{partitions} partitions exceed max.partitions.per.topic={self.config.max_partitions_per_topic}")
+            if t.replication_factor == -1:
+                rf = self.config.default_replication_factor
+            elif t.replication_factor < 1:
+                raise errors.InvalidReplicationFactorError(
+                    f"replication factor must be at least 1, got {t.replication_factor}")
+            else:
+                rf = t.replication_factor
+            assignment = assign_replicas(live, partitions, rf)
+        size = TopicZNode.encoded_size(assignment)
+        if size > MAX_ZNODE_BYTES:
+            raise errors.PolicyViolationError(
+                f"the assignment of {len(assignment)} partitions is {size} bytes, over ZooKeeper's "
+                f"{MAX_ZNODE_BYTES}-byte znode limit")
+        return assignment
+
+    def check_topic_configs(self, configs: dict[str, str]) -> None:
+        """Known names, values within bounds (INVALID_CONFIG), the broker's floors (POLICY_VIOLATION)."""
+        unknown = sorted(set(configs) - set(TOPIC_CONFIG_NAMES))
+        if unknown:
+            raise errors.InvalidConfigError(f"unknown topic config(s): {', '.join(unknown)}")
+        if ConfigTopicZNode.encoded_size(configs) > MAX_ZNODE_BYTES:
+            raise errors.PolicyViolationError("topic configs exceed ZooKeeper's znode limit")
+        cfg = self.config.default_log_config().with_overrides(configs)
+        try:
+            cfg.check_policy(self.config.min_segment_bytes, self.config.min_segment_ms)
+        except errors.InvalidConfigError as e:
+            raise errors.PolicyViolationError(e.message) from None
 
     async def auto_create(self, topic: str) -> None:
         """auto.create.topics.enable: a metadata request for an unknown topic creates it."""
@@ -117,8 +156,12 @@ class AdminManager:
     async def delete_topics(self, req: pb.DeleteTopicsRequest) -> pb.DeleteTopicsResponse:
         resp = pb.DeleteTopicsResponse()
         requested: list[str] = []
-        for name in req.topic_names:
+        verdicts = judge_names(req.topic_names, self.config.max_request_partitions)
+        for name, verdict in zip(req.topic_names, verdicts, strict=True):
             r = resp.responses.add(name=name)
+            if verdict != E.NONE:
+                r.error_code, r.error_message = verdict, error_message(verdict)
+                continue
             try:
                 if not self.config.delete_topic_enable:
                     raise errors.TopicDeletionDisabledError("delete.topic.enable is false on this cluster")
@@ -129,7 +172,7 @@ class AdminManager:
             except errors.KafkaError as e:
                 r.error_code = e.wire_code
                 r.error_message = e.message
-        deadline = time.monotonic() + max(0, req.timeout_ms) / 1000.0
+        deadline = time.monotonic() + min(max(0, req.timeout_ms), self.config.request_timeout_ms) / 1000.0
         while requested and time.monotonic() < deadline:
             if not await asyncio.to_thread(lambda: any(self.zk.topic_exists(n) for n in requested)):
                 break
@@ -147,7 +190,10 @@ class AdminManager:
         for res in req.resources:
             r = resp.results.add(resource_type=res.resource_type, resource_name=res.resource_name)
             try:
+                if len(req.resources) > self.config.max_request_partitions:
+                    raise errors.InvalidRequestError("too many resources in one request")
                 if res.resource_type == pb.ConfigResourceType.TOPIC:
+                    validate_topic_name(res.resource_name)
                     if not await asyncio.to_thread(self.zk.topic_exists, res.resource_name):
                         raise errors.UnknownTopicOrPartitionError(f"topic {res.resource_name!r} does not exist")
                     overrides = await asyncio.to_thread(self.zk.get_topic_config, res.resource_name)
@@ -179,9 +225,12 @@ class AdminManager:
         for res in req.resources:
             r = resp.responses.add(resource_type=res.resource_type, resource_name=res.resource_name)
             try:
+                if len(req.resources) > self.config.max_request_partitions:
+                    raise errors.InvalidRequestError("too many resources in one request")
                 if res.resource_type != pb.ConfigResourceType.TOPIC:
                     raise errors.InvalidRequestError("only topic configs can be altered")
                 topic = res.resource_name
+                validate_topic_name(topic)
                 if not await asyncio.to_thread(self.zk.topic_exists, topic):
                     raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
                 current = await asyncio.to_thread(self.zk.get_topic_config, topic)
@@ -190,9 +239,11 @@ class AdminManager:
                         raise errors.InvalidConfigError(f"unknown topic config {c.name!r}")
                     if c.op == pb.AlterConfigOp.DELETE:
                         current.pop(c.name, None)
-                    else:
+                    elif c.op == pb.AlterConfigOp.SET:
                         current[c.name] = c.value
-                self.config.default_log_config().with_overrides(current)
+                    else:
+                        raise errors.InvalidRequestError(f"unknown config operation {c.op}")
+                self.check_topic_configs(current)
                 if not req.validate_only:
                     await asyncio.to_thread(self.zk.set_topic_config, topic, current)
             except errors.KafkaError as e:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from broker.log.config import LogConfig
+from broker.log.config import MAX_MESSAGE_BYTES_LIMIT, LogConfig
 
 
 class ConfigError(ValueError):
@@ -86,7 +86,21 @@ CONFIG_DEFS: dict[str, _Def] = {
     "log.flush.interval.ms": _Def("log_flush_interval_ms", int, _nonneg),
     "log.flush.scheduler.interval.ms": _Def("log_flush_scheduler_interval_ms", int, _pos),
     "log.flush.offset.checkpoint.interval.ms": _Def("log_flush_offset_checkpoint_interval_ms", int, _pos),
-    "message.max.bytes": _Def("message_max_bytes", int, _nonneg),
+    "message.max.bytes": _Def("message_max_bytes", int, lambda v: 0 <= v <= MAX_MESSAGE_BYTES_LIMIT,
+                              f"between 0 and {MAX_MESSAGE_BYTES_LIMIT}"),
+    "log.message.timestamp.difference.max.ms": _Def("log_message_timestamp_difference_max_ms", int, _nonneg,
+                                                    ">= 0"),
+    # Bounds on what a request may cost (SPEC S13.4), Kafka's names where Kafka has them.
+    "socket.request.max.bytes": _Def("socket_request_max_bytes", int, lambda v: v >= 1024, ">= 1024"),
+    "fetch.max.bytes": _Def("fetch_max_bytes", int, lambda v: v >= 1024, ">= 1024"),
+    "queued.max.request.bytes": _Def("queued_max_request_bytes", int, lambda v: v == -1 or v > 0, "-1 or > 0"),
+    "queued.max.requests": _Def("queued_max_requests", int, _pos, ">= 1"),
+    "connections.max.idle.ms": _Def("connections_max_idle_ms", int, _pos, "> 0"),
+    "max.request.partitions": _Def("max_request_partitions", int, _pos, ">= 1"),
+    "max.partitions.per.topic": _Def("max_partitions_per_topic", int, _pos, ">= 1"),
+    "fetch.purgatory.max.requests": _Def("fetch_purgatory_max_requests", int, _nonneg, ">= 0"),
+    "min.segment.bytes": _Def("min_segment_bytes", int, lambda v: v >= 14, ">= 14"),
+    "min.segment.ms": _Def("min_segment_ms", int, _pos, ">= 1"),
     "log.message.timestamp.type": _Def("log_message_timestamp_type", str,
                                        lambda v: v in ("CreateTime", "LogAppendTime"),
                                        "CreateTime or LogAppendTime"),
@@ -144,6 +158,18 @@ class BrokerConfig:
     log_flush_offset_checkpoint_interval_ms: int = 60000
     message_max_bytes: int = 1048588
     log_message_timestamp_type: str = "CreateTime"
+    log_message_timestamp_difference_max_ms: int = LONG_MAX
+    socket_request_max_bytes: int = 104857600
+    fetch_max_bytes: int = 57671680
+    queued_max_request_bytes: int = 209715200
+    queued_max_requests: int = 500
+    connections_max_idle_ms: int = 600000
+    max_request_partitions: int = 10000
+    max_partitions_per_topic: int = 10000
+    fetch_purgatory_max_requests: int = 500
+    # Floors on segment.bytes / segment.ms that any client may set (each segment is open files).
+    min_segment_bytes: int = 1048576
+    min_segment_ms: int = 60000
     broker_rack: str = ""
     metrics_port: int = -1
     metrics_host: str = "127.0.0.1"
@@ -195,6 +221,7 @@ class BrokerConfig:
             min_insync_replicas=self.min_insync_replicas,
             unclean_leader_election_enable=self.unclean_leader_election_enable,
             message_timestamp_type=self.log_message_timestamp_type,
+            message_timestamp_difference_max_ms=self.log_message_timestamp_difference_max_ms,
         )
 
 

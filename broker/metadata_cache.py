@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from proto import minikafka_pb2 as pb
+from proto.names import topic_name_error
 
 TopicPartition = tuple[str, int]
 
@@ -34,6 +35,8 @@ class MetadataCache:
         for topic in req.deleted_topics:
             self.partitions.pop(topic, None)
         for s in req.partition_states:
+            if topic_name_error(s.topic_name) is not None or s.partition_index < 0:
+                continue  # never a topic of this cluster: keep it out of every Metadata answer
             self.partitions.setdefault(s.topic_name, {})[s.partition_index] = PartitionInfo(
                 s.leader, s.leader_epoch, tuple(s.replicas), tuple(s.isr), tuple(s.offline_replicas),
                 s.controller_epoch, s.zk_version)

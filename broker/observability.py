@@ -138,6 +138,19 @@ class BrokerCollector(Collector):
                                 value=max(rm.controller_epoch, ctrl.ctx.epoch))
         yield CounterMetricFamily("kafka_controller_controllerstats_uncleanleaderelections",
                                   "Unclean leader elections made by this controller", value=ctrl.unclean_elections)
+        lm = getattr(s, "log_manager", None)
+        if lm is not None:
+            logs = [lg for _tp, lg in lm]
+            yield CounterMetricFamily("minikafka_log_corrupt_tails", "Corrupt log tails truncated while loading",
+                                      value=sum(lg.corrupt_tails for lg in logs))
+            yield CounterMetricFamily("minikafka_log_recovered_bytes_truncated",
+                                      "Bytes cut off logs by recovery", value=sum(lg.recovered_bytes_truncated
+                                                                                  for lg in logs))
+            yield CounterMetricFamily("minikafka_log_quarantined", "Logs moved aside because they could not load",
+                                      value=lm.quarantined)
+        yield CounterMetricFamily("minikafka_fetches_not_parked",
+                                  "Consumer fetches answered at once because fetch.purgatory.max.requests were parked",
+                                  value=rm.fetches_not_parked)
         purgatory = GaugeMetricFamily("minikafka_purgatory_size", "Delayed operations waiting",
                                       labels=["purgatory"])
         purgatory.add_metric(["fetch"], len(rm.fetch_purgatory))

@@ -24,9 +24,11 @@ from broker.metadata_cache import MetadataCache
 from broker.observability import event
 from broker.purgatory import Purgatory
 from broker.replication.state import LeaderState, follower_high_watermark
+from broker.request_guard import ByteBudget, error_message, judge_partitions
 from controller.zk_client import KafkaZkClient
 from proto import errors
 from proto import minikafka_pb2 as pb
+from proto.names import MAX_PARTITION, topic_name_error
 from proto.zk_data import NO_LEADER, LeaderAndIsr, LeaderIsrAndControllerEpoch, TopicPartitionId
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,13 @@ class BrokerSettings:
     broker_id: int
     replica_lag_time_max_ms: int
     default_log_config: LogConfig
+    # Request bounds (SPEC S13.4); see broker.config for their Kafka-style names.
+    max_request_partitions: int = 10000
+    fetch_max_bytes: int = 57671680
+    fetch_purgatory_max_requests: int = 500
+    queued_max_request_bytes: int = -1
+    # The longest a produce or fetch may be parked (request.timeout.ms).
+    max_wait_ms: int = 30000
 
 
 class ReplicaManager:
@@ -91,6 +100,13 @@ class ReplicaManager:
         self._isr_writes: set[asyncio.Task[None]] = set()
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self.produce_bytes = ByteBudget(settings.queued_max_request_bytes)
+        # Producer ids are handed out in blocks recorded in ZooKeeper; a batch claiming an id beyond
+        # the last block ever allocated is refused (UNKNOWN_PRODUCER_ID). Refreshed on demand.
+        self.max_allocated_producer_id = -1
+        self._producer_id_refresh: asyncio.Task[None] | None = None
+        # Consumer fetches answered at once because the purgatory was full (throttled).
+        self.fetches_not_parked = 0
 
     # ------------------------------------------------------------ controller requests
 
@@ -116,6 +132,10 @@ class ReplicaManager:
     def _apply_partition_state(self, s: pb.LeaderAndIsrPartitionState,
                                endpoints: dict[int, pb.BrokerEndpoint]) -> int:
         tp = (s.topic_name, s.partition_index)
+        if topic_name_error(tp[0]) is not None:
+            return E.INVALID_TOPIC_EXCEPTION
+        if not 0 <= tp[1] <= MAX_PARTITION:
+            return E.UNKNOWN_TOPIC_OR_PARTITION
         p = self.partitions.get(tp)
         if p is not None and s.leader_epoch < p.leader_epoch:
             log.info("refusing LeaderAndIsr for %s-%d: leader epoch %d is older than %d",
@@ -190,7 +210,11 @@ class ReplicaManager:
             tp = (sp.topic_name, sp.partition_index)
             p = self.partitions.get(tp)
             code = E.NONE
-            if p is not None and sp.leader_epoch >= 0 and sp.leader_epoch < p.leader_epoch:
+            if topic_name_error(tp[0]) is not None:
+                code = E.INVALID_TOPIC_EXCEPTION
+            elif not 0 <= tp[1] <= MAX_PARTITION:
+                code = E.UNKNOWN_TOPIC_OR_PARTITION
+            elif p is not None and sp.leader_epoch >= 0 and sp.leader_epoch < p.leader_epoch:
                 code = E.FENCED_LEADER_EPOCH
             else:
                 if self.fetcher_manager is not None:
@@ -228,40 +252,103 @@ class ReplicaManager:
     async def handle_produce(self, req: pb.ProduceRequest) -> pb.ProduceResponse:
         acks = req.acks
         resp = pb.ProduceResponse()
-        pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]] = []
-        for td in req.topics:
-            tr = resp.topics.add(name=td.name)
-            for pd in td.partitions:
-                pr = tr.partitions.add(partition=pd.partition, base_offset=-1, log_append_time_ms=-1,
-                                       log_start_offset=-1)
-                if acks not in (0, 1, -1):
-                    pr.error_code = E.INVALID_REQUIRED_ACKS
-                    continue
-                try:
-                    p = self._leader_partition(td.name, pd.partition)
-                    state = p.leader_state
-                    assert state is not None
-                    min_isr = p.log.config.min_insync_replicas
-                    if acks == -1 and len(state.isr) < min_isr:
-                        raise errors.NotEnoughReplicasError(
-                            f"{td.name}-{pd.partition}: ISR {list(state.isr)} is smaller than "
-                            f"min.insync.replicas={min_isr}")
-                    info = p.log.append_as_leader(pd.records, p.leader_epoch, now_ms())
-                except errors.KafkaError as e:
-                    pr.error_code = e.wire_code
-                    pr.error_message = e.message
-                    continue
-                pr.base_offset = info.first_offset
-                pr.log_append_time_ms = info.log_append_time_ms
-                pr.log_start_offset = info.log_start_offset
-                if state.on_local_append(p.log.log_end_offset, now_ms(), self.settings.replica_lag_time_max_ms):
-                    self._on_high_watermark_moved(p)
-                self.fetch_purgatory.notify(p.tp)
-                if acks == -1:
-                    pending.append((p, pr, info.last_offset + 1, p.leader_epoch))
-        if pending:
-            await self._await_acks(pending, req.timeout_ms)
+        entries = [(td.name, pd.partition) for td in req.topics for pd in td.partitions]
+        verdicts = iter(judge_partitions(entries, self.settings.max_request_partitions))
+        nbytes = sum(len(pd.records) for td in req.topics for pd in td.partitions)
+        timeout_ms = min(max(req.timeout_ms, 0), self.settings.max_wait_ms)
+        if not await self.produce_bytes.acquire(nbytes, timeout_ms / 1000.0):
+            for td in req.topics:
+                tr = resp.topics.add(name=td.name)
+                for pd in td.partitions:
+                    tr.partitions.add(partition=pd.partition, base_offset=-1, log_append_time_ms=-1,
+                                      log_start_offset=-1, error_code=E.REQUEST_TIMED_OUT,
+                                      error_message="the broker has queued.max.request.bytes in flight")
+            return resp
+        try:
+            pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]] = []
+            for td in req.topics:
+                tr = resp.topics.add(name=td.name)
+                for pd in td.partitions:
+                    pr = tr.partitions.add(partition=pd.partition, base_offset=-1, log_append_time_ms=-1,
+                                           log_start_offset=-1)
+                    verdict = next(verdicts)
+                    if verdict != E.NONE:
+                        pr.error_code = verdict
+                        pr.error_message = error_message(verdict)
+                        continue
+                    if acks not in (0, 1, -1):
+                        pr.error_code = E.INVALID_REQUIRED_ACKS
+                        continue
+                    item = await self._produce_partition(td.name, pd, acks, pr)
+                    if item is not None:
+                        pending.append(item)
+            if pending:
+                await self._await_acks(pending, timeout_ms)
+        finally:
+            await self.produce_bytes.release(nbytes)
         return resp
+
+    async def _produce_partition(self, topic: str, pd: pb.ProducePartitionData, acks: int,
+                                 pr: pb.ProducePartitionResponse) \
+            -> tuple[Partition, pb.ProducePartitionResponse, int, int] | None:
+        """Append one partition's batches; fills ``pr``; returns what an acks=all wait needs."""
+        for attempt in range(2):
+            try:
+                p = self._leader_partition(topic, pd.partition)
+                state = p.leader_state
+                assert state is not None
+                min_isr = p.log.config.min_insync_replicas
+                if acks == -1 and len(state.isr) < min_isr:
+                    raise errors.NotEnoughReplicasError(
+                        f"{topic}-{pd.partition}: ISR {list(state.isr)} is smaller than "
+                        f"min.insync.replicas={min_isr}")
+                info = p.log.append_as_leader(pd.records, p.leader_epoch, now_ms(),
+                                              max_producer_id=self.max_allocated_producer_id)
+            except errors.UnknownProducerIdError as e:
+                if attempt == 0 and await self._refresh_producer_id_bound():
+                    continue  # nothing was written: try again against the fresh bound
+                pr.error_code, pr.error_message = e.wire_code, e.message
+                return None
+            except errors.KafkaError as e:
+                pr.error_code, pr.error_message = e.wire_code, e.message
+                return None
+            except OSError as e:
+                log.error("%s-%d: append failed: %s", topic, pd.partition, e)
+                pr.error_code, pr.error_message = E.KAFKA_STORAGE_ERROR, f"append failed: {e.strerror}"
+                return None
+            except Exception as e:  # a bug: answer this partition truthfully, keep the others' answers
+                log.exception("%s-%d: append failed unexpectedly", topic, pd.partition)
+                pr.error_code, pr.error_message = E.UNKNOWN_SERVER_ERROR, f"append failed: {e!r}"
+                return None
+            break
+        assert state is not None
+        pr.base_offset = info.first_offset
+        pr.log_append_time_ms = info.log_append_time_ms
+        pr.log_start_offset = info.log_start_offset
+        if state.on_local_append(p.log.log_end_offset, now_ms(), self.settings.replica_lag_time_max_ms):
+            self._on_high_watermark_moved(p)
+        self.fetch_purgatory.notify(p.tp)
+        if acks == -1:
+            return (p, pr, info.last_offset + 1, p.leader_epoch)
+        return None
+
+    async def _refresh_producer_id_bound(self) -> bool:
+        """Re-read the last allocated producer id block; True if the bound moved. Concurrent callers
+        share one ZooKeeper read, so a flood of made-up ids costs one read at a time."""
+        before = self.max_allocated_producer_id
+        if self._producer_id_refresh is None or self._producer_id_refresh.done():
+            self._producer_id_refresh = asyncio.get_running_loop().create_task(self._read_producer_id_bound())
+        try:
+            await asyncio.shield(self._producer_id_refresh)
+        except Exception as e:
+            log.warning("cannot read the producer id block: %s", e)
+            return False
+        return self.max_allocated_producer_id > before
+
+    async def _read_producer_id_bound(self) -> None:
+        block = await asyncio.to_thread(self.zk.get_latest_producer_id_block)
+        if block is not None:
+            self.max_allocated_producer_id = max(self.max_allocated_producer_id, block[1])
 
     async def _await_acks(self, pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]],
                           timeout_ms: int) -> None:
@@ -299,40 +386,81 @@ class ReplicaManager:
     # ------------------------------------------------------------ fetch
 
     async def handle_fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
-        if req.replica_id == DEBUGGING_REPLICA_ID:
-            return self._read_any_replica(req)
         follower = req.replica_id >= 0
-        tps = [(t.name, fp.partition) for t in req.topics for fp in t.partitions]
+        entries = [(t.name, fp.partition) for t in req.topics for fp in t.partitions]
+        limit = 1 << 31 if follower else self.settings.max_request_partitions
+        verdicts = judge_partitions(entries, limit)
+        if req.replica_id == DEBUGGING_REPLICA_ID:
+            return self._read_any_replica(req, verdicts)
+        if req.replica_id < -1:
+            raise errors.InvalidRequestError(f"replica id {req.replica_id} is neither a consumer (-1) nor a broker")
         if follower:
-            self._record_follower_fetch(req)
+            self._record_follower_fetch(req, verdicts)
+        min_bytes = max(1, req.min_bytes)
+        max_wait_ms = min(max(0, req.max_wait_ms), self.settings.max_wait_ms)
 
-        def build() -> tuple[pb.FetchResponse, int, bool]:
-            return self._read_fetch(req, follower)
+        resp, nbytes, has_error = self._read_fetch(req, follower, verdicts)
+        if nbytes >= min_bytes or has_error or max_wait_ms == 0:
+            return resp
+        if not follower and len(self.fetch_purgatory) >= self.settings.fetch_purgatory_max_requests:
+            # Too many consumers parked already: answer now and ask the client to back off.
+            self.fetches_not_parked += 1
+            resp.throttle_time_ms = min(max_wait_ms, 100)
+            return resp
+        tps = [e for e, v in zip(entries, verdicts, strict=True) if v == E.NONE]
 
-        resp, nbytes, has_error = build()
-        if nbytes < max(1, req.min_bytes) and not has_error and req.max_wait_ms > 0:
-            box: list[tuple[pb.FetchResponse, int, bool]] = []
+        def ready() -> bool:
+            # Cheap when min_bytes is 1 (every consumer's and follower's default): offsets, not bytes.
+            if min_bytes <= 1:
+                return self._fetch_may_answer(req, follower, verdicts)
+            _r, n, err = self._read_fetch(req, follower, verdicts)
+            return n >= min_bytes or err
 
-            def ready() -> bool:
-                r = build()
-                box[:] = [r]
-                return r[1] >= max(1, req.min_bytes) or r[2]
+        await self.fetch_purgatory.wait_until(tps, ready, max_wait_ms / 1000.0)
+        return self._read_fetch(req, follower, verdicts)[0]
 
-            await self.fetch_purgatory.wait_until(tps, ready, req.max_wait_ms / 1000.0)
-            if box:
-                resp = box[0][0]
-        return resp
-
-    def _record_follower_fetch(self, req: pb.FetchRequest) -> None:
-        t = now_ms()
-        lag = self.settings.replica_lag_time_max_ms
+    def _fetch_may_answer(self, req: pb.FetchRequest, follower: bool, verdicts: list[pb.ErrorCode]) -> bool:
+        """Has any requested partition data beyond the fetch offset, or a reason to answer now?"""
+        i = 0
         for td in req.topics:
             for fp in td.partitions:
+                ok = verdicts[i] == E.NONE
+                i += 1
+                if not ok:
+                    continue
+                p = self.partitions.get((td.name, fp.partition))
+                if p is None or p.leader_state is None:
+                    return True  # an error to report
+                epoch = _epoch_of(fp)
+                if epoch >= 0 and epoch != p.leader_epoch:
+                    return True
+                lg = p.log
+                bound = lg.log_end_offset if follower else lg.high_watermark
+                if fp.fetch_offset < lg.log_start_offset or fp.fetch_offset > lg.log_end_offset \
+                        or fp.fetch_offset < bound:
+                    return True
+        return False
+
+    def _record_follower_fetch(self, req: pb.FetchRequest, verdicts: list[pb.ErrorCode]) -> None:
+        t = now_ms()
+        lag = self.settings.replica_lag_time_max_ms
+        i = 0
+        for td in req.topics:
+            for fp in td.partitions:
+                ok = verdicts[i] == E.NONE
+                i += 1
+                if not ok:
+                    continue
                 p = self.partitions.get((td.name, fp.partition))
                 if p is None or p.leader_state is None:
                     continue
                 epoch = _epoch_of(fp)
                 if epoch >= 0 and epoch != p.leader_epoch:
+                    continue
+                if req.replica_id not in p.replicas or fp.fetch_offset < 0 \
+                        or fp.fetch_offset > p.log.log_end_offset:
+                    # Not a replica of this partition, or an offset the leader never wrote: it proves
+                    # nothing about how far the follower has copied, so it moves neither HW nor ISR.
                     continue
                 moved, expand = p.leader_state.on_follower_fetch(req.replica_id, fp.fetch_offset, t, lag)
                 if moved:
@@ -340,18 +468,32 @@ class ReplicaManager:
                 if expand is not None:
                     self._write_isr(p, expand.new_isr, expand.expected_zk_version, expand.reason)
 
-    def _read_fetch(self, req: pb.FetchRequest, follower: bool) -> tuple[pb.FetchResponse, int, bool]:
+    def _read_fetch(self, req: pb.FetchRequest, follower: bool,
+                    verdicts: list[pb.ErrorCode]) -> tuple[pb.FetchResponse, int, bool]:
         resp = pb.FetchResponse(error_code=E.NONE)
-        budget = req.max_bytes if req.max_bytes > 0 else 50 * 1024 * 1024
+        cap = self.settings.fetch_max_bytes
+        budget = min(req.max_bytes, cap) if req.max_bytes > 0 else cap
         total = 0
         has_error = False
+        i = 0
         for td in req.topics:
             tr = resp.topics.add(name=td.name)
             for fp in td.partitions:
                 pr = tr.partitions.add(partition=fp.partition, high_watermark=-1, last_stable_offset=-1,
                                        log_start_offset=-1, log_end_offset=-1)
+                verdict = verdicts[i]
+                i += 1
+                if verdict != E.NONE:
+                    pr.error_code = verdict
+                    has_error = True
+                    continue
                 try:
+                    if fp.partition_max_bytes < 0:
+                        raise errors.InvalidFetchSizeError(f"partition_max_bytes {fp.partition_max_bytes} < 0")
                     p = self._leader_partition(td.name, fp.partition)
+                    if follower and req.replica_id not in p.replicas:
+                        raise errors.NotLeaderOrFollowerError(
+                            f"broker {req.replica_id} is not a replica of {td.name}-{fp.partition}")
                     self._check_leader_epoch(p, _epoch_of(fp))
                     lg = p.log
                     pr.leader_epoch = p.leader_epoch
@@ -363,9 +505,16 @@ class ReplicaManager:
                     limit = min(fp.partition_max_bytes or budget, budget)
                     if limit <= 0:
                         continue
+                    # At least one batch for the first partition with data, so a consumer always
+                    # makes progress even past a batch larger than its limits (Kafka's KIP-74).
                     data = lg.read(fp.fetch_offset, limit, max_offset, min_one_batch=total == 0)
                 except errors.KafkaError as e:
                     pr.error_code = e.wire_code
+                    has_error = True
+                    continue
+                except OSError as e:
+                    log.error("%s-%d: read failed: %s", td.name, fp.partition, e)
+                    pr.error_code = E.KAFKA_STORAGE_ERROR
                     has_error = True
                     continue
                 pr.records = data
@@ -373,15 +522,23 @@ class ReplicaManager:
                 budget -= len(data)
         return resp, total, has_error
 
-    def _read_any_replica(self, req: pb.FetchRequest) -> pb.FetchResponse:
+    def _read_any_replica(self, req: pb.FetchRequest, verdicts: list[pb.ErrorCode]) -> pb.FetchResponse:
         """replica_id -2 (Kafka's debugging consumer): read this broker's replica, leader or follower,
         up to its LEO - what the replica verification tool compares. Never waits."""
         resp = pb.FetchResponse(error_code=E.NONE)
+        cap = self.settings.fetch_max_bytes
+        budget = min(req.max_bytes, cap) if req.max_bytes > 0 else cap
+        i = 0
         for td in req.topics:
             tr = resp.topics.add(name=td.name)
             for fp in td.partitions:
                 pr = tr.partitions.add(partition=fp.partition, high_watermark=-1, last_stable_offset=-1,
                                        log_start_offset=-1, log_end_offset=-1)
+                verdict = verdicts[i]
+                i += 1
+                if verdict != E.NONE:
+                    pr.error_code = verdict
+                    continue
                 p = self.partitions.get((td.name, fp.partition))
                 if p is None:
                     pr.error_code = E.UNKNOWN_TOPIC_OR_PARTITION
@@ -391,10 +548,14 @@ class ReplicaManager:
                 pr.high_watermark = lg.high_watermark
                 pr.log_start_offset = lg.log_start_offset
                 pr.log_end_offset = lg.log_end_offset
+                limit = min(fp.partition_max_bytes or (1 << 20), budget)
+                if limit <= 0:
+                    continue
                 try:
-                    pr.records = lg.read(fp.fetch_offset, fp.partition_max_bytes or (1 << 20))
+                    pr.records = lg.read(fp.fetch_offset, limit)
                 except errors.KafkaError as e:
                     pr.error_code = e.wire_code
+                budget -= len(pr.records)
         return resp
 
     def _check_leader_epoch(self, p: Partition, current_leader_epoch: int) -> None:
@@ -411,10 +572,16 @@ class ReplicaManager:
 
     def handle_list_offsets(self, req: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
         resp = pb.ListOffsetsResponse()
+        verdicts = iter(judge_partitions([(t.name, lp.partition) for t in req.topics for lp in t.partitions],
+                                         self.settings.max_request_partitions))
         for td in req.topics:
             tr = resp.topics.add(name=td.name)
             for lp in td.partitions:
                 pr = tr.partitions.add(partition=lp.partition, timestamp=-1, offset=-1, leader_epoch=-1)
+                verdict = next(verdicts)
+                if verdict != E.NONE:
+                    pr.error_code = verdict
+                    continue
                 try:
                     p = self._leader_partition(td.name, lp.partition)
                     self._check_leader_epoch(p, _epoch_of(lp))
@@ -439,10 +606,17 @@ class ReplicaManager:
             -> pb.OffsetsForLeaderEpochResponse:
         """S8.3 on the leader: LEO for its current epoch, else where the next epoch starts."""
         resp = pb.OffsetsForLeaderEpochResponse()
+        limit = 1 << 31 if req.replica_id >= 0 else self.settings.max_request_partitions
+        verdicts = iter(judge_partitions([(t.topic, op.partition) for t in req.topics for op in t.partitions],
+                                         limit))
         for td in req.topics:
             tr = resp.topics.add(topic=td.topic)
             for op in td.partitions:
                 pr = tr.partitions.add(partition=op.partition, leader_epoch=-1, end_offset=-1)
+                verdict = next(verdicts)
+                if verdict != E.NONE:
+                    pr.error_code = verdict
+                    continue
                 try:
                     p = self._leader_partition(td.topic, op.partition)
                     self._check_leader_epoch(p, _epoch_of(op))

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -24,7 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from kazoo.protocol.states import KazooState
 
-from broker.admin import AdminManager, validate_topic_name
+from broker.admin import AdminManager
 from broker.config import BrokerConfig
 from broker.fetcher import FetcherSettings, ReplicaFetcherManager
 from broker.log.config import LogConfig
@@ -32,6 +32,7 @@ from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.observability import BrokerMetrics, EventBuffer
 from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
+from broker.request_guard import error_response, judge_names
 from controller.controller import ControllerSettings, KafkaController
 from controller.zk_client import BrokerIdInUseError, KafkaZkClient
 from proto import errors
@@ -43,6 +44,16 @@ from proto.zk_data import BrokerRegistration, ConfigChangesZNode
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
 R = TypeVar("R")
+Q = TypeVar("Q")
+
+
+def server_options(cfg: BrokerConfig) -> list[tuple[str, int]]:
+    """gRPC server options from the broker's bounds (SPEC S13.4)."""
+    options = dict(SERVER_OPTIONS)
+    options["grpc.max_receive_message_length"] = cfg.socket_request_max_bytes
+    # connections.max.idle.ms: an idle connection is closed (GOAWAY); clients reconnect on demand.
+    options["grpc.max_connection_idle_ms"] = cfg.connections_max_idle_ms
+    return list(options.items())
 
 
 class KafkaServer:
@@ -80,7 +91,11 @@ class KafkaServer:
         self.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id, uuid.uuid4().hex[:22])
 
         self.replica_manager = ReplicaManager(
-            BrokerSettings(self.broker_id, cfg.replica_lag_time_max_ms, cfg.default_log_config()),
+            BrokerSettings(self.broker_id, cfg.replica_lag_time_max_ms, cfg.default_log_config(),
+                           max_request_partitions=cfg.max_request_partitions, fetch_max_bytes=cfg.fetch_max_bytes,
+                           fetch_purgatory_max_requests=cfg.fetch_purgatory_max_requests,
+                           queued_max_request_bytes=cfg.queued_max_request_bytes,
+                           max_wait_ms=cfg.request_timeout_ms),
             self.log_manager, self.zk, self.metadata, self.topic_config)
         self.fetcher_manager = ReplicaFetcherManager(
             FetcherSettings(self.broker_id, cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_min_bytes,
@@ -102,7 +117,8 @@ class KafkaServer:
             port = self.metrics.serve(cfg.metrics_host, cfg.metrics_port)
             log.info("broker %d: metrics on http://%s:%d/metrics", self.broker_id, cfg.metrics_host, port)
 
-        self.grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
+        self.grpc_server = grpc.aio.server(options=server_options(cfg),
+                                           maximum_concurrent_rpcs=cfg.queued_max_requests)
         # Health (NOT_SERVING until the logs are recovered and the broker is registered) and reflection,
         # so that grpcurl and container health checks work without our .proto files.
         self.health = health.aio.HealthServicer()
@@ -212,6 +228,7 @@ class KafkaServer:
             overrides = self.zk.get_topic_config(topic) if hasattr(self, "zk") else {}
             try:
                 cfg = self.config.default_log_config().with_overrides(overrides)
+                cfg.check_policy(self.config.min_segment_bytes, self.config.min_segment_ms)
             except errors.KafkaError as e:
                 log.warning("topic %s: ignoring bad config overrides %s: %s", topic, overrides, e)
                 cfg = self.config.default_log_config()
@@ -246,15 +263,14 @@ class KafkaServer:
             brokers = [pb.BrokerEndpoint(broker_id=self.broker_id, host=self.config.advertised[0], port=self.port)]
         resp.brokers.extend(sorted(brokers, key=lambda b: b.broker_id))
         names = md.topics() if req.all_topics else list(req.topics)
-        for name in names:
+        verdicts = [E.NONE] * len(names) if req.all_topics else judge_names(names, self.config.max_request_partitions)
+        for name, verdict in zip(names, verdicts, strict=True):
             tm = resp.topics.add(name=name)
+            if verdict != E.NONE:
+                tm.error_code = verdict
+                continue
             parts = md.partitions.get(name)
             if parts is None:
-                try:
-                    validate_topic_name(name)
-                except errors.KafkaError as e:
-                    tm.error_code = e.wire_code
-                    continue
                 if self.config.auto_create_topics_enable and req.allow_auto_topic_creation and not req.all_topics:
                     await self.admin.auto_create(name)
                     tm.error_code = E.LEADER_NOT_AVAILABLE
@@ -367,10 +383,10 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
     def __init__(self, server: KafkaServer) -> None:
         self.s = server
 
-    async def _measured(self, api: str, call: Awaitable[R]) -> R:
+    async def _measured(self, api: str, call: Awaitable[R], request: Any) -> R:
         m = self.s.metrics.requests
         start = time.perf_counter()
-        resp = await call
+        resp = await answer_typed(api, call, request)
         m.latency.labels(api).observe(time.perf_counter() - start)
         m.requests.labels(api).inc()
         for code in _partition_errors(resp):
@@ -378,49 +394,67 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
         return resp
 
     async def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
-        return await self._measured("Metadata", self.s.handle_metadata(request))
+        return await self._measured("Metadata", self.s.handle_metadata(request), request)
 
     async def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
         self.s.metrics.requests.bytes_in.inc(sum(len(p.records) for t in request.topics for p in t.partitions))
-        return await self._measured("Produce", self.s.replica_manager.handle_produce(request))
+        return await self._measured("Produce", self.s.replica_manager.handle_produce(request), request)
 
     async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
         resp = await self._measured("Fetch" if request.replica_id < 0 else "FollowerFetch",
-                                    self.s.replica_manager.handle_fetch(request))
+                                    self.s.replica_manager.handle_fetch(request), request)
         self.s.metrics.requests.bytes_out.inc(sum(len(p.records) for t in resp.topics for p in t.partitions))
         return resp
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
-        return await self._measured("ListOffsets", _now(self.s.replica_manager.handle_list_offsets(request)))
+        return await self._measured("ListOffsets", _call(self.s.replica_manager.handle_list_offsets, request),
+                                    request)
 
     async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
                                     context: Any) -> pb.OffsetsForLeaderEpochResponse:
         return await self._measured("OffsetsForLeaderEpoch",
-                                    _now(self.s.replica_manager.handle_offsets_for_leader_epoch(request)))
+                                    _call(self.s.replica_manager.handle_offsets_for_leader_epoch, request), request)
 
     async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Any) -> pb.CreateTopicsResponse:
-        return await self._measured("CreateTopics", self.s.admin.create_topics(request))
+        return await self._measured("CreateTopics", self.s.admin.create_topics(request), request)
 
     async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Any) -> pb.DeleteTopicsResponse:
-        return await self._measured("DeleteTopics", self.s.admin.delete_topics(request))
+        return await self._measured("DeleteTopics", self.s.admin.delete_topics(request), request)
 
     async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> pb.DescribeConfigsResponse:
-        return await self._measured("DescribeConfigs", self.s.admin.describe_configs(request))
+        return await self._measured("DescribeConfigs", self.s.admin.describe_configs(request), request)
 
     async def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Any) -> pb.AlterConfigsResponse:
-        return await self._measured("AlterConfigs", self.s.admin.alter_configs(request))
+        return await self._measured("AlterConfigs", self.s.admin.alter_configs(request), request)
 
     async def InitProducerId(self, request: pb.InitProducerIdRequest, context: Any) -> pb.InitProducerIdResponse:
-        return await self._measured("InitProducerId", self.s.admin.init_producer_id(request))
+        return await self._measured("InitProducerId", self.s.admin.init_producer_id(request), request)
 
     async def DescribeReplicas(self, request: pb.DescribeReplicasRequest,
                                context: Any) -> pb.DescribeReplicasResponse:
-        return await self._measured("DescribeReplicas", _now(self.s.handle_describe_replicas(request)))
+        return await self._measured("DescribeReplicas", _call(self.s.handle_describe_replicas, request), request)
 
 
-async def _now(value: R) -> R:
-    """Await-able wrapper for handlers that answer synchronously."""
-    return value
+async def _call(handler: Callable[[Q], R], request: Q) -> R:
+    """Await-able wrapper for handlers that answer synchronously (called inside answer_typed)."""
+    return handler(request)
+
+
+async def answer_typed(api: str, call: Awaitable[R], request: Any) -> R:
+    """The handler's answer; if it raised anyway, the request's response with a typed error on every
+    partition - never gRPC's UNKNOWN (SPEC S13.2)."""
+    try:
+        return await call
+    except asyncio.CancelledError:
+        raise
+    except errors.KafkaError as e:
+        log.info("%s refused: %s", api, e)
+        resp: R = error_response(api, request, e.code)
+        return resp
+    except Exception:
+        log.exception("%s failed unexpectedly; answering UNKNOWN_SERVER_ERROR", api)
+        resp = error_response(api, request, errors.UnknownServerError.code)
+        return resp
 
 
 class BrokerControlServicer(pb_grpc.BrokerControlServicer):
@@ -430,17 +464,20 @@ class BrokerControlServicer(pb_grpc.BrokerControlServicer):
     async def LeaderAndIsr(self, request: pb.LeaderAndIsrRequest, context: Any) -> pb.LeaderAndIsrResponse:
         if request.broker_epoch >= 0 and request.broker_epoch < self.s.broker_epoch:
             return pb.LeaderAndIsrResponse(error_code=E.STALE_BROKER_EPOCH)
-        return self.s.replica_manager.handle_leader_and_isr(request)
+        return await answer_typed("LeaderAndIsr", _call(self.s.replica_manager.handle_leader_and_isr, request),
+                                  request)
 
     async def UpdateMetadata(self, request: pb.UpdateMetadataRequest, context: Any) -> pb.UpdateMetadataResponse:
         if request.broker_epoch >= 0 and request.broker_epoch < self.s.broker_epoch:
             return pb.UpdateMetadataResponse(error_code=E.STALE_BROKER_EPOCH)
-        return self.s.replica_manager.handle_update_metadata(request)
+        return await answer_typed("UpdateMetadata", _call(self.s.replica_manager.handle_update_metadata, request),
+                                  request)
 
     async def StopReplica(self, request: pb.StopReplicaRequest, context: Any) -> pb.StopReplicaResponse:
         if request.broker_epoch >= 0 and request.broker_epoch < self.s.broker_epoch:
             return pb.StopReplicaResponse(error_code=E.STALE_BROKER_EPOCH)
-        return self.s.replica_manager.handle_stop_replica(request)
+        return await answer_typed("StopReplica", _call(self.s.replica_manager.handle_stop_replica, request),
+                                  request)
 
 
 class ControllerApiServicer(pb_grpc.ControllerApiServicer):
@@ -449,4 +486,4 @@ class ControllerApiServicer(pb_grpc.ControllerApiServicer):
 
     async def ControlledShutdown(self, request: pb.ControlledShutdownRequest,
                                  context: Any) -> pb.ControlledShutdownResponse:
-        return await self.s.handle_controlled_shutdown(request)
+        return await answer_typed("ControlledShutdown", self.s.handle_controlled_shutdown(request), request)

@@ -135,11 +135,10 @@ class AdminClient:
         for p in partitions:
             try:
                 conn, _pl = self.view.leader_connection(topic, p)
-                resp = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[pb.ListOffsetsTopic(
-                    name=topic, partitions=[pb.ListOffsetsPartition(partition=p, timestamp=-1),
-                                            pb.ListOffsetsPartition(partition=p, timestamp=-2)])]),
-                    timeout=self.timeout_s)
-                latest, earliest = resp.topics[0].partitions
+                # One partition per request: a partition listed twice is INVALID_REQUEST (as Kafka's).
+                latest, earliest = (conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[
+                    pb.ListOffsetsTopic(name=topic, partitions=[pb.ListOffsetsPartition(partition=p, timestamp=ts)])]),
+                    timeout=self.timeout_s).topics[0].partitions[0] for ts in (-1, -2))
                 out[p] = (latest.offset, earliest.offset)
             except (errors.KafkaError, Exception):
                 out[p] = (-1, -1)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import grpc
 
 from client.local_cluster import ClusterError
+from client.tools import validate_names
 from proto.errors import KafkaError
 
 
@@ -39,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        validate_names(args)
         rc: int = args.func(args)
     except (KafkaError, ClusterError) as e:
         print(f"error: {e}", file=sys.stderr)

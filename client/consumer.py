@@ -79,6 +79,21 @@ def range_assignment(members: Sequence[str], partitions: Sequence[int]) -> dict[
     return out
 
 
+class CorruptRecordError(errors.CorruptMessageError):
+    """A fetched batch cannot be decoded. Not retriable: the same bytes come back every time; skip
+    the batch by seeking past it (``seek(TopicPartition(topic, partition), next_offset)``)."""
+
+    retriable = False
+
+    def __init__(self, topic: str, partition: int, offset: int, next_offset: int, reason: str) -> None:
+        super().__init__(f"{topic}-{partition}: the batch at offset {offset} is corrupt ({reason}); "
+                         f"the next batch starts at offset {next_offset}")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.next_offset = next_offset
+
+
 class Consumer:
     def __init__(self, *topics: str, bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
                  group_id: str | None = None, auto_offset_reset: str = "latest", enable_auto_commit: bool = True,
@@ -108,6 +123,7 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}
         self._buffer: dict[TopicPartition, list[ConsumerRecord]] = {}
         self._inflight: dict[int, tuple[Any, dict[TopicPartition, int]]] = {}
+        self._throttled_until: dict[int, float] = {}
         self._subscription: list[str] = []
         self._closed = False
         self._last_commit = time.monotonic()
@@ -299,8 +315,9 @@ class Consumer:
                 self._refresh_quietly([tp.topic])
                 continue
             by_leader.setdefault(pl.leader, []).append(tp)
+        now = time.monotonic()
         for leader, tps in by_leader.items():
-            if leader in self._inflight:
+            if leader in self._inflight or self._throttled_until.get(leader, 0.0) > now:
                 continue
             req = pb.FetchRequest(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
                                   max_bytes=self.fetch_max_bytes)
@@ -331,6 +348,9 @@ class Consumer:
                 log.debug("fetch from %d failed: %s", leader, e)
                 self._refresh_quietly(sorted({tp.topic for tp in sent}))
                 continue
+            if resp.throttle_time_ms > 0:
+                # The broker answered at once instead of parking the fetch (its purgatory is full).
+                self._throttled_until[leader] = time.monotonic() + resp.throttle_time_ms / 1000.0
             self._handle_fetch_response(resp, sent)
 
     def _handle_fetch_response(self, resp: pb.FetchResponse, sent: dict[TopicPartition, int]) -> None:
@@ -350,8 +370,14 @@ class Consumer:
                     continue
                 start = sent[tp]
                 recs: list[ConsumerRecord] = []
-                for pos, _h in iter_headers(p.records):
-                    header, decoded = decode_batch(p.records, pos)
+                for pos, h in iter_headers(p.records):
+                    try:
+                        header, decoded = decode_batch(p.records, pos)
+                    except errors.KafkaError as e:
+                        if recs:
+                            break  # hand out what precedes the bad batch; the next fetch starts at it
+                        raise CorruptRecordError(tp.topic, tp.partition, h.base_offset, h.next_offset,
+                                                 e.message) from None
                     if header.is_control:
                         continue
                     recs.extend(ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value,

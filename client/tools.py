@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from client.admin import AdminClient, NewTopic
-from client.consumer import Consumer, TopicPartition
+from client.consumer import Consumer, CorruptRecordError, TopicPartition
 from client.local_cluster import ClusterError, ClusterState
 from client.producer import Producer
 from proto import errors
+from proto.names import validate_group_id, validate_topic_name
 
 
 def add_connection_args(p: argparse.ArgumentParser, zookeeper: bool = False) -> None:
@@ -62,6 +63,26 @@ def _configs(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _at_least_one(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def validate_names(args: argparse.Namespace) -> None:
+    """Every topic and group name on the command line, before anything is sent (SPEC S13.3)."""
+    topic = getattr(args, "topic", None)
+    if isinstance(topic, str):
+        validate_topic_name(topic)
+    group = getattr(args, "group", None)
+    if isinstance(group, str):
+        validate_group_id(group)
+
+
 def _acks(value: str) -> int | str:
     """--acks 0 | 1 | all | -1 as the producer takes it."""
     return "all" if value in ("all", "-1") else int(value)
@@ -74,8 +95,10 @@ def add_parsers(sub: Any) -> None:
     for a in ("create", "list", "describe", "delete", "alter"):
         action.add_argument(f"--{a}", action="store_true")
     t.add_argument("--topic")
-    t.add_argument("--partitions", type=int, default=-1)
-    t.add_argument("--replication-factor", type=int, default=-1)
+    t.add_argument("--partitions", type=_at_least_one, default=-1,
+                   help="number of partitions (default: the broker's num.partitions)")
+    t.add_argument("--replication-factor", type=_at_least_one, default=-1,
+                   help="replicas per partition (default: the broker's default.replication.factor)")
     t.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     t.add_argument("--delete-config", action="append", default=[], metavar="KEY")
     t.add_argument("--if-not-exists", action="store_true")
@@ -290,6 +313,10 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 print(sep.join(fields), flush=True)
         if args.group:
             consumer.commit()
+    except CorruptRecordError as e:
+        raise errors.CorruptMessageError(
+            f"{e.message}; to skip it: consume --topic {e.topic} --partition {e.partition} "
+            f"--offset {e.next_offset}") from None
     finally:
         consumer.close()
     if args.output != "json":

@@ -330,6 +330,14 @@ class KafkaZkClient:
 
     # ------------------------------------------------------------ producer ids
 
+    def get_latest_producer_id_block(self) -> tuple[int, int] | None:
+        """(start, end) of the last producer id block allocated in the cluster, None before the first."""
+        try:
+            data, _ = self._r(self.zk.get, ProducerIdBlockZNode.PATH)
+        except NoNodeError:
+            return None
+        return ProducerIdBlockZNode.decode(data)
+
     def allocate_producer_id_block(self, broker_id: int) -> tuple[int, int]:
         """Claim the next block of producer ids with a conditional write (unique across brokers)."""
         size = ProducerIdBlockZNode.BLOCK_SIZE

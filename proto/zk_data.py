@@ -31,6 +31,11 @@ def _dump(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
+# ZooKeeper refuses a znode larger than jute.maxbuffer (0xfffff by default); writers check first, so
+# the answer is a typed error instead of a ConnectionLoss (SPEC S13.4).
+MAX_ZNODE_BYTES: Final = 0xFFFFF - 1024
+
+
 # ------------------------------------------------------------------ brokers
 
 
@@ -99,6 +104,10 @@ class TopicZNode:
     @staticmethod
     def encode(assignment: dict[int, list[int]]) -> bytes:
         return _dump({"version": 1, "partitions": {str(p): list(r) for p, r in sorted(assignment.items())}})
+
+    @staticmethod
+    def encoded_size(assignment: dict[int, list[int]]) -> int:
+        return len(TopicZNode.encode(assignment))
 
     @staticmethod
     def decode(topic: str, data: bytes) -> dict[int, list[int]]:
@@ -290,6 +299,10 @@ class ConfigTopicZNode:
     @staticmethod
     def encode(config: dict[str, str]) -> bytes:
         return _dump({"version": 1, "config": dict(sorted(config.items()))})
+
+    @staticmethod
+    def encoded_size(config: dict[str, str]) -> int:
+        return len(ConfigTopicZNode.encode(config))
 
     @staticmethod
     def decode(topic: str, data: bytes) -> dict[str, str]:

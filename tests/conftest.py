@@ -32,6 +32,8 @@ TEST_BROKER_CONFIG = {
     "controlled.shutdown.retry.backoff.ms": "200",
     "request.timeout.ms": "5000",
     "leader.imbalance.check.interval.seconds": "3600",
+    # Tests make small segments on purpose (retention, rolling); production's floor is 1 MiB.
+    "min.segment.bytes": "1024",
 }
 
 

@@ -55,6 +55,8 @@ def _read_lines(path: Path, fields: int) -> list[list[str]]:
         text = path.read_text()
     except FileNotFoundError:
         return []
+    except UnicodeDecodeError:
+        raise CorruptCheckpointError(f"{path}: not text") from None
     lines = text.split("\n")
     try:
         version = int(lines[0])

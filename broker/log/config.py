@@ -1,4 +1,10 @@
-"""Per-log configuration with Kafka's topic-level names and defaults."""
+"""Per-log configuration with Kafka's topic-level names, defaults and bounds.
+
+Every topic config has a range (``TOPIC_CONFIG_BOUNDS``, Kafka's LogConfig ranges where Kafka has
+them): a value outside it is INVALID_CONFIG. On top of that, ``check_policy`` applies the broker's
+floor on what makes files (``min.segment.bytes``, ``min.segment.ms``): any client may set topic
+configs, and ``segment.bytes=100`` would cost an open file per batch (SPEC S13.4).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,10 @@ from typing import Final
 from proto.errors import InvalidConfigError
 
 LONG_MAX: Final = (1 << 63) - 1
+INT_MAX: Final = (1 << 31) - 1
+# The largest batch (and the largest decompressed batch) any topic may allow: Kafka's
+# socket.request.max.bytes default, the size of the largest request a broker reads.
+MAX_MESSAGE_BYTES_LIMIT: Final = 104857600
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +36,7 @@ class LogConfig:
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     message_timestamp_type: str = "CreateTime"
+    message_timestamp_difference_max_ms: int = LONG_MAX
 
     @property
     def max_index_entries(self) -> int:
@@ -51,24 +62,23 @@ class LogConfig:
         return out
 
     def validate(self) -> None:
-        if self.segment_bytes < 14:
-            raise InvalidConfigError("segment.bytes must be at least 14")
-        if self.segment_ms < 1:
-            raise InvalidConfigError("segment.ms must be positive")
-        if self.index_interval_bytes < 0:
-            raise InvalidConfigError("index.interval.bytes must be >= 0")
-        if self.segment_index_bytes < 8:
-            raise InvalidConfigError("segment.index.bytes must be at least 8")
-        if self.retention_ms < -1:
-            raise InvalidConfigError("retention.ms must be >= -1")
-        if self.flush_messages < 1 or self.flush_ms < 0:
-            raise InvalidConfigError("flush.messages must be >= 1 and flush.ms >= 0")
-        if self.max_message_bytes < 0:
-            raise InvalidConfigError("max.message.bytes must be >= 0")
-        if self.min_insync_replicas < 1:
-            raise InvalidConfigError("min.insync.replicas must be at least 1")
+        """Every value within its range (TOPIC_CONFIG_BOUNDS); raises InvalidConfigError."""
+        for name, attr in TOPIC_CONFIG_NAMES.items():
+            bounds = TOPIC_CONFIG_BOUNDS.get(name)
+            value = getattr(self, attr)
+            if bounds is not None and not isinstance(value, bool) and not bounds[0] <= value <= bounds[1]:
+                raise InvalidConfigError(f"{name} must be between {bounds[0]} and {bounds[1]}, got {value}")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise InvalidConfigError("message.timestamp.type must be CreateTime or LogAppendTime")
+
+    def check_policy(self, min_segment_bytes: int, min_segment_ms: int) -> None:
+        """The broker's floor on segment size and age (min.segment.bytes, min.segment.ms)."""
+        if self.segment_bytes < min_segment_bytes:
+            raise InvalidConfigError(f"segment.bytes must be at least {min_segment_bytes} (min.segment.bytes), "
+                                     f"got {self.segment_bytes}")
+        if self.segment_ms < min_segment_ms:
+            raise InvalidConfigError(f"segment.ms must be at least {min_segment_ms} (min.segment.ms), "
+                                     f"got {self.segment_ms}")
 
 
 TOPIC_CONFIG_NAMES: Final[dict[str, str]] = {
@@ -85,6 +95,23 @@ TOPIC_CONFIG_NAMES: Final[dict[str, str]] = {
     "min.insync.replicas": "min_insync_replicas",
     "unclean.leader.election.enable": "unclean_leader_election_enable",
     "message.timestamp.type": "message_timestamp_type",
+    "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
+}
+
+# Inclusive ranges of the numeric topic configs (Kafka's, with ints where Kafka has ints).
+TOPIC_CONFIG_BOUNDS: Final[dict[str, tuple[int, int]]] = {
+    "segment.bytes": (14, INT_MAX),
+    "segment.ms": (1, LONG_MAX),
+    "segment.index.bytes": (4096, INT_MAX),
+    "index.interval.bytes": (0, INT_MAX),
+    "retention.ms": (-1, LONG_MAX),
+    "retention.bytes": (-1, LONG_MAX),
+    "flush.messages": (1, LONG_MAX),
+    "flush.ms": (0, LONG_MAX),
+    "max.message.bytes": (0, MAX_MESSAGE_BYTES_LIMIT),
+    "file.delete.delay.ms": (0, LONG_MAX),
+    "min.insync.replicas": (1, INT_MAX),
+    "message.timestamp.difference.max.ms": (0, LONG_MAX),
 }
 
 _TYPES: Final = {f.name: f.type for f in fields(LogConfig)}

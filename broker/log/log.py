@@ -27,13 +27,19 @@ trusted; the rest are re-validated and a torn tail is cut off. Retention
 from __future__ import annotations
 
 import bisect
+import logging
 import shutil
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.log.checkpoint import LEADER_EPOCH_CHECKPOINT, read_epoch_entries, write_epoch_entries
+from broker.log.checkpoint import (
+    LEADER_EPOCH_CHECKPOINT,
+    CorruptCheckpointError,
+    read_epoch_entries,
+    write_epoch_entries,
+)
 from broker.log.config import LogConfig
 from broker.log.epoch_cache import LeaderEpochCache
 from broker.log.producer_state import ProducerStateManager
@@ -44,23 +50,28 @@ from proto.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
     RecordListTooLargeError,
+    UnknownProducerIdError,
 )
 from proto.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     LOG_OVERHEAD,
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
     BatchesInfo,
     BatchHeader,
+    BatchInfo,
     Record,
     crc32c,
-    read_header,
     stamp_prefix,
     validate_batches,
 )
 
-_BASE_OFFSET = struct.Struct(">q")
-_EPOCH = struct.Struct(">i")
+logger = logging.getLogger(__name__)
+
+# The largest offset a log may reach (Kafka's Long.MaxValue, less one so LEO stays an int64).
+MAX_OFFSET = (1 << 63) - 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +115,8 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = 0
         self.recovered_bytes_truncated = 0
+        # Corrupt tails cut off while loading (minikafka_log_corrupt_tails_total).
+        self.corrupt_tails = 0
         # Idempotent producers' state, derived from batch headers; rebuilt lazily after
         # a restart or a truncation.
         self._producer_state: ProducerStateManager | None = None
@@ -136,31 +149,60 @@ class Log:
         first_unflushed = len(bases)
         if not clean:
             first_unflushed = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+        expected = bases[0] if bases else 0
         for i, base in enumerate(bases):
             seg = LogSegment(self.dir, base, self.config, now_ms)
+            if base < expected:
+                # Segments overlap: this one cannot follow the last; it and all after it are a corrupt tail.
+                seg.delete()
+                self._drop_corrupt_tail(bases[i + 1:], now_ms, base, f"segment {base} overlaps offsets below "
+                                                                     f"{expected}")
+                break
             self._segments.append(seg)
             self._bases.append(base)
+            before = seg.size
             if i < first_unflushed:
                 seg.load()
-                continue
-            truncated = seg.recover()
+                if seg.recovery_defect is None and seg.size == before:
+                    expected = seg.next_offset
+                    continue
+            else:
+                seg.recover()
+            self.recovered_bytes_truncated += before - seg.size
             seg.flush()  # what survived recovery is now durable: the recovery point may pass it
-            self.recovered_bytes_truncated += truncated
-            if truncated:
-                # A torn segment ends the log: anything after it cannot be trusted.
-                for later in bases[i + 1:]:
-                    LogSegment(self.dir, later, self.config, now_ms).delete()
+            expected = seg.next_offset
+            if seg.recovery_defect is not None:
+                # A torn or corrupt segment ends the log: anything after it cannot be trusted (S2.4, S13.5).
+                self._drop_corrupt_tail(bases[i + 1:], now_ms, seg.recovered_next_offset, seg.recovery_defect)
                 break
         if not self._segments:
             self._add_segment(max(0, log_start_offset), now_ms)
         self.log_end_offset = self._segments[-1].next_offset
         self.log_start_offset = min(max(log_start_offset, self._bases[0]), self.log_end_offset)
         self.recovery_point = self.log_end_offset
-        self.epoch_cache = LeaderEpochCache(read_epoch_entries(self.dir / LEADER_EPOCH_CHECKPOINT))
-        changed = self.epoch_cache.truncate_from_end(self.log_end_offset)
+        try:
+            self.epoch_cache = LeaderEpochCache(read_epoch_entries(self.dir / LEADER_EPOCH_CHECKPOINT))
+            changed = False
+        except CorruptCheckpointError as e:
+            # The batches carry their leader epochs: rebuild the cache from them (headers only).
+            logger.warning("%s-%d: %s; rebuilding the leader epoch cache from the log", self.topic, self.partition, e)
+            self.epoch_cache = LeaderEpochCache()
+            for header in self.iter_batch_headers():
+                self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            changed = True
+        changed |= self.epoch_cache.truncate_from_end(self.log_end_offset)
         changed |= self.epoch_cache.truncate_from_start(self.log_start_offset)
         if changed:
             self._checkpoint_epochs()
+
+    def _drop_corrupt_tail(self, later_bases: list[int], now_ms: int, offset: int, defect: str) -> None:
+        self.corrupt_tails += 1
+        for later in later_bases:
+            seg = LogSegment(self.dir, later, self.config, now_ms)
+            self.recovered_bytes_truncated += seg.size
+            seg.delete()
+        logger.warning("%s-%d: corrupt log tail from offset %d (%s): truncated there, %d later segment(s) removed",
+                    self.topic, self.partition, offset, defect, len(later_bases))
 
     def _add_segment(self, base_offset: int, now_ms: int) -> LogSegment:
         seg = LogSegment(self.dir, base_offset, self.config, now_ms)
@@ -188,12 +230,25 @@ class Log:
 
     # ------------------------------------------------------------ appends
 
-    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> LogAppendInfo:
-        """Validate, assign offsets and the leader epoch, write. Raises typed errors for bad input;
-        nothing is written unless every batch checks out."""
-        info = validate_batches(records, max_batch_bytes=self.config.max_message_bytes)
+    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int,
+                         max_producer_id: int | None = None) -> LogAppendInfo:
+        """Validate every record (SPEC S13.1, Kafka's LogValidator), assign offsets and the leader
+        epoch, write. Raises typed errors for bad input; nothing is written unless every batch
+        checks out."""
+        cfg = self.config
+        min_ts, max_ts = MIN_TIMESTAMP, MAX_TIMESTAMP
+        if cfg.message_timestamp_type == "CreateTime":
+            # message.timestamp.difference.max.ms (Kafka's; LogAppendTime topics overwrite timestamps).
+            min_ts = max(min_ts, now_ms - cfg.message_timestamp_difference_max_ms)
+            max_ts = min(max_ts, now_ms + cfg.message_timestamp_difference_max_ms)
+        info = validate_batches(records, deep=True, max_batch_bytes=cfg.max_message_bytes, min_timestamp=min_ts,
+                                max_timestamp=max_ts)
         self._check_fits(len(records))
-        idempotent = [(pos, read_header(records, pos)) for pos in info.idempotent_positions]
+        idempotent = info.producer_batches
+        if idempotent and max_producer_id is not None:
+            unknown = max(b.producer_id for b in idempotent)
+            if unknown > max_producer_id:
+                raise UnknownProducerIdError(f"producer id {unknown} was never allocated by this cluster")
         if idempotent:
             dup = self._check_producer_state(idempotent, info)
             if dup is not None:
@@ -202,38 +257,38 @@ class Log:
             self._checkpoint_epochs()
         append_time = -1
         src: bytes | bytearray = records
-        if self.config.message_timestamp_type == "LogAppendTime":
+        if cfg.message_timestamp_type == "LogAppendTime":
             src = _with_log_append_time(records, info, now_ms)
             append_time = now_ms
         mv = memoryview(src)
         first = offset = self.log_end_offset
         pieces: list[bytes | memoryview] = []
-        for pos, size, span in info.spans:
-            pieces.append(stamp_prefix(offset, size - LOG_OVERHEAD, leader_epoch))
-            pieces.append(mv[pos + 16:pos + size])
-            offset += span
+        offsets: dict[int, int] = {}
+        for b in info.batches:
+            offsets[b.position] = offset
+            pieces.append(stamp_prefix(offset, b.size - LOG_OVERHEAD, leader_epoch))
+            pieces.append(mv[b.position + 16:b.position + b.size])
+            offset += b.offset_span
         max_ts = append_time if append_time >= 0 else info.max_timestamp
         result = self._write(first, offset, pieces, len(records), info, max_ts,
                              first + info.shallow_offset_of_max_timestamp, append_time, now_ms)
         if idempotent and self._producer_state is not None:
-            offsets = _batch_offsets(first, info)
-            for pos, header in idempotent:
-                self._producer_state.update(header, offsets[pos])
+            for b in idempotent:
+                self._producer_state.update(b, offsets[b.position])
         return result
 
-    def _check_producer_state(self, idempotent: list[tuple[int, BatchHeader]],
-                              info: BatchesInfo) -> LogAppendInfo | None:
+    def _check_producer_state(self, idempotent: tuple[BatchInfo, ...], info: BatchesInfo) -> LogAppendInfo | None:
         """KIP-98 on the leader: a retried batch gets its original offsets back (nothing written);
         a gap or an old epoch is refused before anything is written."""
         state = self.producer_state
-        for _pos, header in idempotent:
-            dup = state.check(header, log_was_trimmed=self.log_start_offset > 0)
+        for b in idempotent:
+            dup = state.check(b, log_was_trimmed=self.log_start_offset > 0)
             if dup is None:
                 continue
             if info.batch_count != 1:
                 raise OutOfOrderSequenceNumberError(
                     "a retried idempotent batch must be sent on its own, not with other batches")
-            return LogAppendInfo(dup.first_offset, dup.last_offset, header.max_timestamp, dup.last_offset, -1,
+            return LogAppendInfo(dup.first_offset, dup.last_offset, b.max_timestamp, dup.last_offset, -1,
                                  info.record_count, 1, 0, self.log_start_offset, duplicate=True)
         return None
 
@@ -253,30 +308,35 @@ class Log:
                     yield header
 
     def append_as_follower(self, records: bytes, now_ms: int) -> LogAppendInfo:
-        """Append the leader's batches as they are; they must continue this log."""
-        info = validate_batches(records, require_records=False)
+        """Append the leader's batches as they are: framing and CRC are checked (the leader validated
+        the records), and they must continue this log with contiguous offsets."""
+        info = validate_batches(records)
         self._check_fits(len(records))
-        first = _BASE_OFFSET.unpack_from(records, 0)[0]
+        first = info.batches[0].base_offset
         if first < self.log_end_offset:
             raise InvalidRequestError(
                 f"{self.topic}-{self.partition}: follower append at {first} below log end {self.log_end_offset}")
         expected = first
         changed = False
-        for pos, _size, span in info.spans:
-            base = _BASE_OFFSET.unpack_from(records, pos)[0]
-            if base < expected:
-                raise InvalidRequestError(f"{self.topic}-{self.partition}: batch offsets go backwards at {base}")
-            epoch = _EPOCH.unpack_from(records, pos + 12)[0]
-            changed |= self.epoch_cache.assign(epoch, base)
-            expected = base + span
+        for b in info.batches:
+            if b.base_offset != expected:
+                raise InvalidRequestError(
+                    f"{self.topic}-{self.partition}: batch at offset {b.base_offset} does not follow {expected}")
+            if b.partition_leader_epoch < 0:
+                raise InvalidRequestError(
+                    f"{self.topic}-{self.partition}: batch at offset {b.base_offset} has no leader epoch")
+            expected = b.base_offset + b.offset_span
+        if expected > MAX_OFFSET:
+            raise InvalidRequestError(f"{self.topic}-{self.partition}: offsets beyond {MAX_OFFSET}")
+        for b in info.batches:
+            changed |= self.epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
         if changed:
             self._checkpoint_epochs()
         result = self._write(first, expected, [records], len(records), info, info.max_timestamp,
                              first + info.shallow_offset_of_max_timestamp, -1, now_ms)
         if self._producer_state is not None:
-            for pos in info.idempotent_positions:
-                header = read_header(records, pos)
-                self._producer_state.update(header, header.base_offset)
+            for b in info.producer_batches:
+                self._producer_state.update(b, b.base_offset)
         return result
 
     def _check_fits(self, nbytes: int) -> None:
@@ -288,7 +348,7 @@ class Log:
                info: BatchesInfo, max_ts: int, offset_of_max_ts: int, append_time: int,
                now_ms: int) -> LogAppendInfo:
         seg = self._segments[-1]
-        if seg.should_roll(nbytes, first, now_ms):
+        if seg.should_roll(nbytes, first, next_offset, now_ms):
             seg = self._roll(first, now_ms)
         elif seg.size == 0 and seg.base_offset != first:
             # An empty active segment (after truncation) must be named by its first offset.
@@ -473,21 +533,12 @@ class Log:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _batch_offsets(first: int, info: BatchesInfo) -> dict[int, int]:
-    """Position of each batch in the request -> the base offset it was given."""
-    out = {}
-    offset = first
-    for pos, _size, span in info.spans:
-        out[pos] = offset
-        offset += span
-    return out
-
-
 def _with_log_append_time(records: bytes, info: BatchesInfo, now_ms: int) -> bytearray:
     """message.timestamp.type=LogAppendTime: rewrite max_timestamp and the timestamp-type bit;
     both are under the CRC, so (only on this opt-in path) the batch is re-checksummed."""
     buf = bytearray(records)
-    for pos, size, _span in info.spans:
+    for b in info.batches:
+        pos, size = b.position, b.size
         (attrs,) = struct.unpack_from(">h", buf, pos + ATTRIBUTES_OFFSET)
         struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, attrs | TIMESTAMP_TYPE_MASK)
         struct.pack_into(">q", buf, pos + 35, now_ms)

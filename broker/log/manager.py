@@ -9,11 +9,20 @@ trusted as they are or must be recovered from their recovery points.
 
 Periodic duties (retention, flush.ms, checkpoints) are methods taking
 ``now_ms``; the broker's scheduler calls them.
+
+Nothing on disk may stop a broker from starting (SPEC S13.5): an unreadable
+checkpoint is treated as absent (the logs are then recovered from their start),
+a log whose loading fails in a way recovery did not foresee is moved aside as
+``<dir>.<id>-quarantined`` (kept for inspection, never loaded again) and the
+replica starts empty, to be refilled by replication. Every directory built from
+a topic name is checked to lie directly inside its log directory (S13.3).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import logging
 import os
 import shutil
 import uuid
@@ -25,6 +34,7 @@ from broker.log.checkpoint import (
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
+    CorruptCheckpointError,
     fsync_dir,
     read_offsets,
     write_atomically,
@@ -32,11 +42,17 @@ from broker.log.checkpoint import (
 )
 from broker.log.config import LogConfig
 from broker.log.log import Log, parse_topic_partition
-from proto.errors import KafkaStorageError
+from proto.errors import InvalidTopicError, KafkaStorageError
+from proto.names import topic_name_error, validate_partition
+
+logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 DELETE_SUFFIX = "-delete"
+QUARANTINE_SUFFIX = "-quarantined"
+# Errors of the disk itself (not of what is on it): loading stops, as Kafka takes the directory offline.
+DISK_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.ENOMEM})
 
 TopicPartition = tuple[str, int]
 
@@ -57,6 +73,8 @@ class LogManager:
         self._dir_of: dict[TopicPartition, Path] = {}
         self._locks: list[IO[bytes]] = []
         self.had_clean_shutdown: dict[Path, bool] = {}
+        # Logs moved aside at start-up because they could not be loaded (minikafka_log_quarantined_total).
+        self.quarantined = 0
 
     # ------------------------------------------------------------ start-up
 
@@ -69,11 +87,14 @@ class LogManager:
             marker = d / CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
             self.had_clean_shutdown[d] = clean
-            recovery = read_offsets(d / RECOVERY_POINT_CHECKPOINT)
-            starts = read_offsets(d / LOG_START_OFFSET_CHECKPOINT)
-            hws = read_offsets(d / HIGH_WATERMARK_CHECKPOINT)
+            recovery = _read_offsets_or_empty(d / RECOVERY_POINT_CHECKPOINT)
+            if recovery is None:
+                clean = False  # without recovery points, every log is recovered from its start
+                recovery = {}
+            starts = _read_offsets_or_empty(d / LOG_START_OFFSET_CHECKPOINT) or {}
+            hws = _read_offsets_or_empty(d / HIGH_WATERMARK_CHECKPOINT) or {}
             for entry in sorted(os.scandir(d), key=lambda e: e.name):
-                if not entry.is_dir():
+                if not entry.is_dir(follow_symlinks=False):
                     continue
                 if entry.name.endswith(DELETE_SUFFIX):
                     shutil.rmtree(entry.path, ignore_errors=True)
@@ -82,16 +103,47 @@ class LogManager:
                     tp = parse_topic_partition(entry.name)
                 except KafkaStorageError:
                     continue
+                if topic_name_error(tp[0]) is not None:
+                    logger.warning("ignoring %s: not a legal topic name", entry.path)
+                    continue
                 if tp in self._logs:
-                    raise KafkaStorageError(f"{tp[0]}-{tp[1]} exists in two log directories")
-                self._logs[tp] = Log.open(Path(entry.path), tp[0], tp[1], self._config_for_topic(tp[0]),
-                                          now_ms=now_ms, recovery_point=recovery.get(tp, 0),
-                                          log_start_offset=starts.get(tp, 0), high_watermark=hws.get(tp, 0),
-                                          clean_shutdown=clean)
+                    self._quarantine(Path(entry.path), f"{tp[0]}-{tp[1]} also exists in {self._dir_of[tp]}")
+                    continue
+                try:
+                    log = Log.open(Path(entry.path), tp[0], tp[1], self._config_for_topic(tp[0]), now_ms=now_ms,
+                                   recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp, 0),
+                                   high_watermark=hws.get(tp, 0), clean_shutdown=clean)
+                except OSError as e:
+                    if e.errno in DISK_ERRNOS:
+                        raise  # the disk, not the data: Kafka takes the directory offline; we stop
+                    self._quarantine(Path(entry.path), f"cannot be loaded: {e!r}")
+                    continue
+                except Exception as e:
+                    self._quarantine(Path(entry.path), f"cannot be loaded: {e!r}")
+                    continue
+                self._logs[tp] = log
                 self._dir_of[tp] = d
             # From here on a crash must be detected: the marker goes until the next clean stop.
             marker.unlink(missing_ok=True)
         self.checkpoint_recovery_points()
+
+    def _quarantine(self, path: Path, reason: str) -> None:
+        doomed = path.with_name(f"{path.name}.{uuid.uuid4().hex}{QUARANTINE_SUFFIX}")
+        os.rename(path, doomed)
+        fsync_dir(path.parent)
+        self.quarantined += 1
+        logger.error("log %s %s: moved aside to %s; the replica starts empty", path.name, reason, doomed.name)
+
+    def _replica_dir(self, d: Path, topic: str, partition: int) -> Path:
+        """``<d>/<topic>-<partition>``, refused unless it lies directly inside ``d`` (S13.3)."""
+        reason = topic_name_error(topic)
+        if reason is not None:
+            raise InvalidTopicError(reason)
+        validate_partition(partition)
+        path = d / f"{topic}-{partition}"
+        if path.resolve().parent != d.resolve():
+            raise InvalidTopicError(f"{topic}-{partition} does not resolve inside {d}")
+        return path
 
     def _lock(self, d: Path) -> None:
         f = open(d / LOCK_FILE, "a+b")  # noqa: SIM115 - held for the life of the manager
@@ -124,26 +176,34 @@ class LogManager:
         for d in self._dir_of.values():
             counts[d] += 1
         d = min(self.log_dirs, key=lambda x: counts[x])
-        log = Log.open(d / f"{topic}-{partition}", topic, partition, config or self._config_for_topic(topic),
-                       now_ms=now_ms)
+        log = Log.open(self._replica_dir(d, topic, partition), topic, partition,
+                       config or self._config_for_topic(topic), now_ms=now_ms)
         fsync_dir(d)
         self._logs[tp] = log
         self._dir_of[tp] = d
         return log
 
     def delete_log(self, topic: str, partition: int) -> bool:
-        """Remove a replica's log: renamed first, so a crash mid-delete finishes at next start."""
+        """Remove a replica's log: renamed first, so a crash mid-delete finishes at next start.
+
+        Also removes a directory of that name that is not loaded (one that failed to load, or was
+        left by a crash), so StopReplica(delete) and DeleteTopics always leave nothing behind."""
         tp = (topic, partition)
         log = self._logs.pop(tp, None)
-        if log is None:
-            return False
-        d = self._dir_of.pop(tp)
-        log.close()
-        doomed = d / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
-        os.rename(log.dir, doomed)
-        fsync_dir(d)
-        shutil.rmtree(doomed, ignore_errors=True)
-        return True
+        dirs = [self._dir_of.pop(tp)] if log is not None else list(self.log_dirs)
+        if log is not None:
+            log.close()
+        removed = False
+        for d in dirs:
+            path = self._replica_dir(d, topic, partition)
+            if not path.is_dir() or path.is_symlink():
+                continue
+            doomed = d / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+            os.rename(path, doomed)
+            fsync_dir(d)
+            shutil.rmtree(doomed, ignore_errors=True)
+            removed = True
+        return removed
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         for (t, _p), log in self._logs.items():
@@ -205,3 +265,12 @@ class LogManager:
                 seg.abandon()
         self._logs.clear()
         self._release()
+
+
+def _read_offsets_or_empty(path: Path) -> dict[TopicPartition, int] | None:
+    """A checkpoint's offsets; None (with a warning) when it exists but cannot be read."""
+    try:
+        return read_offsets(path)
+    except CorruptCheckpointError as e:
+        logger.warning("ignoring unreadable checkpoint: %s", e)
+        return None

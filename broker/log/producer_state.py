@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 from proto.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
 from proto.record_batch import BatchHeader
@@ -51,6 +51,21 @@ class ProducerEntry:
         return None
 
 
+class ProducerBatch(Protocol):
+    """What the state needs of a batch: a header read from disk or what validation returned."""
+
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def base_sequence(self) -> int: ...
+    @property
+    def last_sequence(self) -> int: ...
+    @property
+    def last_offset_delta(self) -> int: ...
+
+
 def _next_seq(seq: int) -> int:
     return 0 if seq == INT32_MAX else seq + 1
 
@@ -59,7 +74,7 @@ class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
 
-    def check(self, header: BatchHeader, log_was_trimmed: bool = False) -> BatchMetadata | None:
+    def check(self, header: ProducerBatch, log_was_trimmed: bool = False) -> BatchMetadata | None:
         """Validate a leader append of ``header`` (offsets not yet assigned).
 
         Returns the original batch if this one is a retry of it (a duplicate);
@@ -96,7 +111,7 @@ class ProducerStateManager:
                 f"producer {header.producer_id}: expected sequence {expected}, got {header.base_sequence}")
         return None
 
-    def update(self, header: BatchHeader, base_offset: int) -> None:
+    def update(self, header: ProducerBatch, base_offset: int) -> None:
         """Record an appended batch (leader or follower) whose first offset is ``base_offset``."""
         if header.producer_id < 0 or header.base_sequence < 0:
             return

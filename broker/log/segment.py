@@ -37,14 +37,54 @@ from proto.record_batch import (
 
 # base_offset, batch_length, partition_leader_epoch, magic, crc, attributes, last_offset_delta
 _HEAD27: Final = struct.Struct(">qiibIhi")
+_COUNT: Final = struct.Struct(">i")  # record_count, at byte 57
 _MAX_TS: Final = struct.Struct(">q")
 _LENGTH: Final = struct.Struct(">i")
 _SCAN_CHUNK: Final = 16 * 1024
 _RECOVER_CHUNK: Final = 4 * 1024 * 1024
 
+# Offsets in a segment's indexes are relative to its base offset and stored as int32.
+MAX_RELATIVE_OFFSET: Final = 0x7FFFFFFF
+# writev takes at most IOV_MAX (1024 on Linux) pieces per call.
+IOV_MAX: Final = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
+
+
+def batch_defect(base: int, length: int, magic: int, last_delta: int, record_count: int, segment_base: int,
+                 expected_offset: int) -> str | None:
+    """Why a batch header read from disk cannot be part of this segment (None: it can).
+
+    Recovery and loading use it so that no byte on disk - a torn write, a bit flip, a batch an
+    older version accepted - can make an offset or index entry overflow later (SPEC S13.5).
+    """
+    if magic != MAGIC:
+        return f"magic {magic}"
+    if length < HEADER_SIZE - LOG_OVERHEAD:
+        return f"batch length {length}"
+    if last_delta < 0 or record_count < 0 or (record_count and record_count > last_delta + 1):
+        return f"record count {record_count} with last offset delta {last_delta}"
+    if base < expected_offset:
+        return f"base offset {base} below the expected {expected_offset}"
+    if base + last_delta - segment_base > MAX_RELATIVE_OFFSET:
+        return f"offsets up to {base + last_delta} beyond the reach of a segment based at {segment_base}"
+    return None
+
+
+def _write_all(fd: int, pieces: Sequence[bytes | memoryview], nbytes: int) -> None:
+    """writev in chunks of at most IOV_MAX pieces; short writes (legal, rare) are finished from a copy."""
+    if sum(len(p) for p in pieces) != nbytes:
+        raise KafkaStorageError(f"pieces do not add up to the {nbytes} bytes to write")
+    for i in range(0, len(pieces), IOV_MAX):
+        chunk = pieces[i:i + IOV_MAX]
+        done = os.writev(fd, chunk)
+        want = sum(len(p) for p in chunk)
+        if done < want:
+            rest = memoryview(b"".join(bytes(p) for p in chunk))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -69,6 +109,9 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         # segment.ms counts from the first append (or the first batch's timestamp on reload).
         self.rolling_base_ms: int | None = None
+        # What the last recover() found wrong (None: nothing), for the log line and the metric.
+        self.recovery_defect: str | None = None
+        self.recovered_next_offset = base_offset
         self._created_ms = now_ms
 
     # ------------------------------------------------------------ loading
@@ -84,7 +127,9 @@ class LogSegment:
             self.time_index.load()
             self._rescan_tail()
             self.time_index.sanity_check(self.next_offset)
-        except (CorruptIndexError, KafkaStorageError):
+        except (CorruptIndexError, KafkaStorageError, ValueError, OverflowError, struct.error):
+            # Anything the files say that does not add up is rebuilt from the data (which recover()
+            # itself distrusts batch by batch).
             self.recover()
 
     def _rescan_tail(self) -> None:
@@ -100,8 +145,10 @@ class LogSegment:
             if len(head) < HEADER_SIZE:
                 raise KafkaStorageError(f"{self.log_path}: partial batch header at {pos}")
             base, length, _e, magic, _crc, _attrs, last_delta = _HEAD27.unpack_from(head)
-            if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or pos + length + LOG_OVERHEAD > self.size:
-                raise KafkaStorageError(f"{self.log_path}: bad batch at {pos}")
+            defect = batch_defect(base, length, magic, last_delta, _COUNT.unpack_from(head, 57)[0], self.base_offset,
+                                  self.base_offset if pos == 0 else next_offset)
+            if defect is not None or pos + length + LOG_OVERHEAD > self.size:
+                raise KafkaStorageError(f"{self.log_path}: bad batch at {pos}: {defect or 'runs past the end'}")
             (max_ts,) = _MAX_TS.unpack_from(head, 35)
             if first and pos == 0:
                 self.rolling_base_ms = max_ts
@@ -150,10 +197,16 @@ class LogSegment:
                 break
             base, length, _e, magic, crc, _attrs, last_delta = _HEAD27.unpack_from(head)
             batch_size = length + LOG_OVERHEAD
-            if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or last_delta < 0 or base < next_offset:
+            self.recovery_defect = batch_defect(base, length, magic, last_delta, _COUNT.unpack_from(head, 57)[0],
+                                                self.base_offset, next_offset)
+            if self.recovery_defect is not None:
                 break
             batch = window(batch_size)
-            if batch is None or crc32c(batch[ATTRIBUTES_OFFSET:]) != crc:
+            if batch is None:
+                self.recovery_defect = "a partial batch at the end"
+                break
+            if crc32c(batch[ATTRIBUTES_OFFSET:]) != crc:
+                self.recovery_defect = "a batch that fails its CRC"
                 break
             (max_ts,) = _MAX_TS.unpack_from(batch, 35)
             if self.rolling_base_ms is None:
@@ -168,7 +221,9 @@ class LogSegment:
             next_offset = base + last_delta + 1
             pos += batch_size
         truncated = size - pos
+        self.recovered_next_offset = next_offset
         if truncated:
+            self.recovery_defect = self.recovery_defect or "a partial batch at the end"
             os.ftruncate(self._fd, pos)
             self.size = pos
         self.next_offset = max(next_offset, self.base_offset)
@@ -177,14 +232,15 @@ class LogSegment:
 
     # ------------------------------------------------------------ appends
 
-    def should_roll(self, write_bytes: int, first_offset: int, now_ms: int) -> bool:
+    def should_roll(self, write_bytes: int, first_offset: int, next_offset: int, now_ms: int) -> bool:
         if self.size == 0:
             return False
         base_ms = self.rolling_base_ms if self.rolling_base_ms is not None else self._created_ms
         return (self.size + write_bytes > self.config.segment_bytes
                 or now_ms - base_ms > self.config.segment_ms
                 or self.index.is_full or self.time_index.is_full
-                or first_offset - self.base_offset > 0x7FFFFFFF - (1 << 20))
+                # Index entries hold offsets relative to the base as int32 (Kafka's rule).
+                or next_offset - 1 - self.base_offset > MAX_RELATIVE_OFFSET)
 
     def append(self, first_offset: int, next_offset: int, pieces: Sequence[bytes | memoryview], nbytes: int,
                max_timestamp: int, offset_of_max_timestamp: int, now_ms: int) -> None:
@@ -197,11 +253,7 @@ class LogSegment:
             self.index.append(first_offset, self.size)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index_entry = 0
-        written = os.writev(self._fd, pieces)
-        if written < nbytes:  # short writes are legal (rare): finish the job from one flat copy
-            rest = memoryview(b"".join(bytes(p) for p in pieces))[written:]
-            while rest:
-                rest = rest[os.write(self._fd, rest):]
+        _write_all(self._fd, pieces, nbytes)
         self._bytes_since_index_entry += nbytes
         self.size += nbytes
         self.next_offset = next_offset

@@ -20,7 +20,10 @@ def test_create_topics_validation_uses_kafkas_error_codes(cluster) -> None:  # t
     view = cluster.view()
     assert create_topic(view, "bad/name").error_code == E.INVALID_TOPIC_EXCEPTION
     assert create_topic(view, "x" * 250).error_code == E.INVALID_TOPIC_EXCEPTION
-    assert create_topic(view, "p", partitions=0, replication_factor=1).error_code == E.NONE  # 0: broker default
+    # -1 is the broker default (Kafka's CreateTopics); 0 is an error, never silently the default (S13).
+    assert create_topic(view, "p", partitions=0, replication_factor=1).error_code == E.INVALID_PARTITIONS
+    assert create_topic(view, "p", partitions=1, replication_factor=0).error_code == E.INVALID_REPLICATION_FACTOR
+    assert create_topic(view, "p", partitions=-1, replication_factor=-1).error_code == E.NONE
     assert create_topic(view, "p", partitions=1).error_code == E.TOPIC_ALREADY_EXISTS
     res = create_topic(view, "rf", partitions=1, replication_factor=3)
     assert res.error_code == E.INVALID_REPLICATION_FACTOR and "live brokers" in res.error_message  # S1.3

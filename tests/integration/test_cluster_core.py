@@ -165,10 +165,17 @@ def test_produce_fetch_round_trip_and_bad_requests(cluster) -> None:  # type: ig
     assert produce(conn, "rt", 0, batch_of(["four"]), acks=1).base_offset == 3
     assert read_values(conn, "rt", 0) == ["one", "two", "three", "four"]
 
-    lo = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[pb.ListOffsetsTopic(
-        name="rt", partitions=[pb.ListOffsetsPartition(partition=0, timestamp=t) for t in (-2, -1, 4_000)])]),
-        timeout=5)
-    assert [p.offset for p in lo.topics[0].partitions] == [0, 4, 2]
+    def list_offset(t: int) -> int:
+        lo = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[pb.ListOffsetsTopic(
+            name="rt", partitions=[pb.ListOffsetsPartition(partition=0, timestamp=t)])]), timeout=5)
+        offset: int = lo.topics[0].partitions[0].offset
+        return offset
+
+    assert [list_offset(t) for t in (-2, -1, 4_000)] == [0, 4, 2]
+    # One partition asked twice in one request is INVALID_REQUEST on every copy (Kafka's rule, S13.4).
+    twice = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[pb.ListOffsetsTopic(
+        name="rt", partitions=[pb.ListOffsetsPartition(partition=0, timestamp=t) for t in (-2, -1)])]), timeout=5)
+    assert [p.error_code for p in twice.topics[0].partitions] == [E.INVALID_REQUEST] * 2
 
 
 def test_a_second_broker_with_a_live_id_refuses_to_start(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -341,3 +341,97 @@ def test_manager_finishes_an_interrupted_delete(tmp_path: Path) -> None:
     m = LogManager([tmp_path], LogConfig())
     m.startup(0)
     assert not (tmp_path / "gone-0.abc-delete").exists() and len(m) == 0
+
+
+# ------------------------------------------------------------------ nothing on disk stops a log (S13.5)
+
+
+def _append_raw(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def _recrc(buf: bytearray) -> bytes:
+    import struct
+
+    from proto.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
+    struct.pack_into(">I", buf, CRC_OFFSET, crc32c(bytes(buf[ATTRIBUTES_OFFSET:])))
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_s13_5_a_batch_whose_offsets_overflow_the_segment_is_a_corrupt_tail(tmp_path: Path, clean: bool) -> None:
+    import struct
+    log = open_log(tmp_path)
+    fill(log, 2)
+    path = log.segments[-1].log_path
+    log.close()
+    # What an older broker accepted: a valid CRC over last_offset_delta = 2^31 - 1.
+    bad = bytearray(batch(["x"]))
+    struct.pack_into(">q", bad, 0, 6)
+    struct.pack_into(">i", bad, 23, 2**31 - 1)
+    _append_raw(path, _recrc(bad))
+    if clean:
+        (tmp_path / "topic-0" / CLEAN_SHUTDOWN_FILE).touch()
+    log = open_log(tmp_path, clean_shutdown=clean)
+    assert log.log_end_offset == 6 and log.corrupt_tails == 1
+    fill(log, 1)  # and the log takes appends again
+    assert log.log_end_offset == 9
+
+
+def test_s13_5_overlapping_segments_end_the_log(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(segment_bytes=300))
+    fill(log, 9)
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) == 3
+    log.close()
+    # A stray segment named below the end of the one before it.
+    stray = log.segments[1].log_path.with_name(f"{bases[1] + 1:020d}.log")
+    stray.write_bytes(batch(["stray"]))
+    log = open_log(tmp_path, LogConfig(segment_bytes=300), clean_shutdown=False)
+    # Segments 0 and bases[1] load; the stray one overlaps the second: it and all after it go.
+    assert log.corrupt_tails == 1 and log.log_end_offset == bases[2]
+
+
+def test_s13_5_unreadable_checkpoints_and_a_broken_log_do_not_stop_the_manager(tmp_path: Path) -> None:
+    cfg = LogConfig()
+    lm = LogManager([tmp_path], cfg)
+    lm.startup(0)
+    fill(lm.get_or_create_log("good", 0, 0), 2)
+    fill(lm.get_or_create_log("broken", 0, 0), 1)
+    lm.shutdown()
+    for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint"):
+        (tmp_path / name).write_bytes(b"\xff\xfe\x00 not a checkpoint")
+    (tmp_path / "good-0" / "leader-epoch-checkpoint").write_bytes(b"junk")
+    # A directory that cannot load (its segment is a directory): moved aside, not a crash.
+    seg = tmp_path / "broken-0" / ("0" * 20 + ".log")
+    seg.unlink()
+    seg.mkdir()
+    lm = LogManager([tmp_path], cfg)
+    lm.startup(0)
+    good = lm.get_log("good", 0)
+    assert good is not None and good.log_end_offset == 6 and good.epoch_cache.pairs() == [(0, 0)]
+    assert lm.get_log("broken", 0) is None and lm.quarantined == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith("-quarantined")]
+    lm.shutdown()
+
+
+def test_s13_3_replica_directories_stay_inside_the_log_dir(tmp_path: Path) -> None:
+    lm = LogManager([tmp_path / "data"], LogConfig())
+    lm.startup(0)
+    for topic in ("../escape", "a/b", "..", ""):
+        with pytest.raises(errors.InvalidTopicError):
+            lm.get_or_create_log(topic, 0, 0)
+    assert not (tmp_path / "escape-0").exists()
+    # Deleting removes a directory even when it never loaded (a leftover of a failed start).
+    (tmp_path / "data" / "left-3").mkdir()
+    assert lm.delete_log("left", 3) and not (tmp_path / "data" / "left-3").exists()
+    lm.shutdown()
+
+
+def test_s13_4_more_than_iov_max_batches_in_one_append(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    many = b"".join(batch([f"b{i}"]) for i in range(1500))
+    info = log.append_as_leader(many, 0, 0)
+    assert info.batch_count == 1500 and log.log_end_offset == 1500
+    assert values(log.read(0, 1 << 24)) == [f"b{i}" for i in range(1500)]

@@ -1,0 +1,157 @@
+"""The request boundary of a broker: what a request may ask for, and a typed answer whatever happens.
+
+Theory of operation (SPEC S13.2, S13.4)
+---------------------------------------
+Every KafkaApi request that lists topic-partitions (Produce, Fetch, ListOffsets,
+OffsetsForLeaderEpoch) is first judged entry by entry by ``judge_partitions``:
+an illegal topic name is INVALID_TOPIC_EXCEPTION, a partition index outside
+int32's non-negative range UNKNOWN_TOPIC_OR_PARTITION, a partition listed twice
+INVALID_REQUEST (every occurrence: one request cannot ask twice for the same
+thing and get two answers), and a request listing more than
+``max.request.partitions`` entries INVALID_REQUEST throughout. Handlers then
+serve only the entries judged NONE and answer the others with their code - so
+one bad entry never costs the others their answer.
+
+Whatever a handler does not expect (a bug, a disk error) must still not end the
+RPC in gRPC's UNKNOWN status: ``error_response`` builds the request's own
+response shape with the error code on every topic/partition (or at the top
+where the response has one), and the servicers answer with it.
+
+``ByteBudget`` bounds the bytes of produce requests being handled at once
+(Kafka's ``queued.max.request.bytes``): a request waits for room, bounded by its
+own timeout, and a request larger than the whole budget is let through only
+alone, so it can never wait forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from proto import errors
+from proto import minikafka_pb2 as pb
+from proto.names import MAX_PARTITION, topic_name_error
+
+E = pb.ErrorCode
+
+
+def judge_partitions(entries: Iterable[tuple[str, int]], max_partitions: int) -> list[pb.ErrorCode]:
+    """An error code (or NONE) for every (topic, partition) entry of a request, in order."""
+    items = list(entries)
+    if len(items) > max_partitions:
+        return [E.INVALID_REQUEST] * len(items)
+    counts = Counter(items)
+    verdicts: list[pb.ErrorCode] = []
+    for topic, partition in items:
+        if topic_name_error(topic) is not None:
+            verdicts.append(E.INVALID_TOPIC_EXCEPTION)
+        elif not 0 <= partition <= MAX_PARTITION:
+            verdicts.append(E.UNKNOWN_TOPIC_OR_PARTITION)
+        elif counts[(topic, partition)] > 1:
+            verdicts.append(E.INVALID_REQUEST)
+        else:
+            verdicts.append(E.NONE)
+    return verdicts
+
+
+def judge_names(names: Iterable[str], max_entries: int) -> list[pb.ErrorCode]:
+    """The same for requests that list topic names (CreateTopics, DeleteTopics, Metadata)."""
+    items = list(names)
+    if len(items) > max_entries:
+        return [E.INVALID_REQUEST] * len(items)
+    counts = Counter(items)
+    return [E.INVALID_TOPIC_EXCEPTION if topic_name_error(n) is not None
+            else E.INVALID_REQUEST if counts[n] > 1 else E.NONE for n in items]
+
+
+_MESSAGES: dict[int, str] = {
+    E.INVALID_REQUEST: "the partition is listed twice, or the request lists too many partitions",
+    E.INVALID_TOPIC_EXCEPTION: "illegal topic name",
+    E.UNKNOWN_TOPIC_OR_PARTITION: "no such partition",
+}
+
+
+def error_message(code: pb.ErrorCode) -> str:
+    return _MESSAGES.get(code) or E.Name(code)
+
+
+def error_response(api: str, request: Any, code: int) -> Any:
+    """``request``'s response with ``code`` everywhere an error can be said (see the module doc)."""
+    c = errors.wire_code(code)
+    if api == "Metadata":
+        return pb.MetadataResponse(controller_id=-1, topics=[pb.TopicMetadata(name=t, error_code=c)
+                                                             for t in request.topics])
+    if api == "Produce":
+        return pb.ProduceResponse(topics=[pb.ProduceTopicResponse(name=t.name, partitions=[
+            pb.ProducePartitionResponse(partition=p.partition, error_code=c, base_offset=-1, log_append_time_ms=-1,
+                                        log_start_offset=-1) for p in t.partitions]) for t in request.topics])
+    if api in ("Fetch", "FollowerFetch"):
+        return pb.FetchResponse(error_code=c, topics=[pb.FetchTopicResponse(name=t.name, partitions=[
+            pb.FetchPartitionResponse(partition=p.partition, error_code=c, high_watermark=-1, last_stable_offset=-1,
+                                      log_start_offset=-1, log_end_offset=-1) for p in t.partitions])
+            for t in request.topics])
+    if api == "ListOffsets":
+        return pb.ListOffsetsResponse(topics=[pb.ListOffsetsTopicResponse(name=t.name, partitions=[
+            pb.ListOffsetsPartitionResponse(partition=p.partition, error_code=c, timestamp=-1, offset=-1,
+                                            leader_epoch=-1) for p in t.partitions]) for t in request.topics])
+    if api == "OffsetsForLeaderEpoch":
+        return pb.OffsetsForLeaderEpochResponse(topics=[pb.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
+            pb.EpochEndOffset(partition=p.partition, error_code=c, leader_epoch=-1, end_offset=-1)
+            for p in t.partitions]) for t in request.topics])
+    if api == "CreateTopics":
+        return pb.CreateTopicsResponse(topics=[pb.CreatableTopicResult(name=t.name, error_code=c, num_partitions=-1,
+                                                                       replication_factor=-1)
+                                               for t in request.topics])
+    if api == "DeleteTopics":
+        return pb.DeleteTopicsResponse(responses=[pb.DeletableTopicResult(name=n, error_code=c)
+                                                  for n in request.topic_names])
+    if api == "DescribeConfigs":
+        return pb.DescribeConfigsResponse(results=[pb.DescribeConfigsResult(
+            error_code=c, resource_type=r.resource_type, resource_name=r.resource_name) for r in request.resources])
+    if api == "AlterConfigs":
+        return pb.AlterConfigsResponse(responses=[pb.AlterConfigsResult(
+            error_code=c, resource_type=r.resource_type, resource_name=r.resource_name) for r in request.resources])
+    if api == "InitProducerId":
+        return pb.InitProducerIdResponse(error_code=c, producer_id=-1, producer_epoch=-1)
+    if api == "DescribeReplicas":
+        return pb.DescribeReplicasResponse(broker_id=-1)
+    if api == "LeaderAndIsr":
+        return pb.LeaderAndIsrResponse(error_code=c)
+    if api == "UpdateMetadata":
+        return pb.UpdateMetadataResponse(error_code=c)
+    if api == "StopReplica":
+        return pb.StopReplicaResponse(error_code=c)
+    if api == "ControlledShutdown":
+        return pb.ControlledShutdownResponse(error_code=c)
+    raise ValueError(f"no error response for {api}")
+
+
+class ByteBudget:
+    """Bytes of requests in flight, bounded (queued.max.request.bytes; -1 = unbounded)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._changed = asyncio.Condition()
+
+    async def acquire(self, nbytes: int, timeout_s: float) -> bool:
+        """Wait until ``nbytes`` fit; False if ``timeout_s`` passed first (nothing taken)."""
+        if self.limit < 0:
+            self.in_flight += nbytes
+            return True
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(
+                    lambda: self.in_flight == 0 or self.in_flight + nbytes <= self.limit), max(0.0, timeout_s))
+            except TimeoutError:
+                return False
+            self.in_flight += nbytes
+            return True
+
+    async def release(self, nbytes: int) -> None:
+        self.in_flight -= nbytes
+        if self.limit >= 0:
+            async with self._changed:
+                self._changed.notify_all()

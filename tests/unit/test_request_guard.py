@@ -1,0 +1,64 @@
+"""The request boundary (SPEC S13.2, S13.4): per-entry verdicts and the produce byte budget."""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.request_guard import ByteBudget, error_response, judge_names, judge_partitions
+from proto import minikafka_pb2 as pb
+
+E = pb.ErrorCode
+
+
+def test_each_entry_gets_its_own_verdict() -> None:
+    verdicts = judge_partitions([("ok", 0), ("a/b", 0), ("ok", -1), ("dup", 1), ("ok", 1), ("dup", 1)], 100)
+    assert verdicts == [E.NONE, E.INVALID_TOPIC_EXCEPTION, E.UNKNOWN_TOPIC_OR_PARTITION, E.INVALID_REQUEST, E.NONE,
+                        E.INVALID_REQUEST]
+    assert judge_partitions([("t", p) for p in range(11)], 10) == [E.INVALID_REQUEST] * 11
+    assert judge_names(["t", "..", "t", "u"], 10) == [E.INVALID_REQUEST, E.INVALID_TOPIC_EXCEPTION,
+                                                      E.INVALID_REQUEST, E.NONE]
+
+
+def test_error_response_mirrors_the_request() -> None:
+    req = pb.FetchRequest(topics=[pb.FetchTopic(name="t", partitions=[pb.FetchPartition(partition=p)
+                                                                      for p in (0, 3)])])
+    resp = error_response("Fetch", req, -1)
+    assert [(p.partition, p.error_code) for p in resp.topics[0].partitions] == [(0, -1), (3, -1)]
+    for api in ("Metadata", "Produce", "ListOffsets", "OffsetsForLeaderEpoch", "CreateTopics", "DeleteTopics",
+                "DescribeConfigs", "AlterConfigs", "InitProducerId", "DescribeReplicas", "LeaderAndIsr",
+                "UpdateMetadata", "StopReplica", "ControlledShutdown"):
+        request_type = {"Metadata": pb.MetadataRequest, "Produce": pb.ProduceRequest,
+                        "ListOffsets": pb.ListOffsetsRequest, "OffsetsForLeaderEpoch": pb.OffsetsForLeaderEpochRequest,
+                        "CreateTopics": pb.CreateTopicsRequest, "DeleteTopics": pb.DeleteTopicsRequest,
+                        "DescribeConfigs": pb.DescribeConfigsRequest, "AlterConfigs": pb.AlterConfigsRequest,
+                        "InitProducerId": pb.InitProducerIdRequest, "DescribeReplicas": pb.DescribeReplicasRequest,
+                        "LeaderAndIsr": pb.LeaderAndIsrRequest, "UpdateMetadata": pb.UpdateMetadataRequest,
+                        "StopReplica": pb.StopReplicaRequest,
+                        "ControlledShutdown": pb.ControlledShutdownRequest}[api]
+        assert error_response(api, request_type(), 42) is not None
+
+
+def test_byte_budget_waits_for_room_and_lets_an_oversized_request_through_alone() -> None:
+    async def scenario() -> list[str]:
+        budget = ByteBudget(100)
+        events: list[str] = []
+        assert await budget.acquire(80, 1)
+        assert not await budget.acquire(30, 0.05)  # no room, and the wait is bounded
+
+        async def later() -> None:
+            assert await budget.acquire(30, 5)
+            events.append("second")
+
+        task = asyncio.create_task(later())
+        await asyncio.sleep(0.05)
+        events.append("release")
+        await budget.release(80)
+        await task
+        await budget.release(30)
+        assert await budget.acquire(500, 1)  # larger than the budget: alone, never forever
+        await budget.release(500)
+        unbounded = ByteBudget(-1)
+        assert await unbounded.acquire(10**9, 0)
+        return events
+
+    assert asyncio.run(scenario()) == ["release", "second"]
