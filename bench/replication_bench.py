@@ -1,7 +1,7 @@
 """Produce throughput and latency through the project's own producer, RF=1 acks=1 vs RF=3 acks=all.
 
 Starts its own local cluster (ZooKeeper + 3 broker processes on loopback, in a
-temporary directory), creates two topics - ``rf1`` (replication factor 1) and
+temporary directory; the inter-broker plane is mutual TLS, as always), creates two topics - ``rf1`` (replication factor 1) and
 ``rf3`` (replication factor 3, min.insync.replicas=2) - and, in the same run,
 produces 100-byte records to each from this one process with
 ``client.producer.Producer`` (records encoded by the client, batched,
@@ -9,7 +9,11 @@ pipelined; idempotent for acks=all). Latency is from the send() call (time
 blocked on a full buffer included, as in Kafka's producer perf tool) to the
 acknowledgement, sampled on every 50th record.
 
-    python bench/replication_bench.py [--records 400000] [--partitions 6] [--json]
+With ``--tls`` a second cluster started with ``cluster up --secure`` (clients on
+TLS + SCRAM-SHA-256, ACLs on, the producer as its admin user) runs the RF=3
+acks=all case too, and the ratio TLS / plaintext is printed (issue 13's goal: >= 0.8).
+
+    python bench/replication_bench.py [--records 400000] [--partitions 6] [--tls] [--json]
 """
 
 from __future__ import annotations
@@ -31,13 +35,14 @@ from client.connection import ClusterView
 from client.local_cluster import LocalCluster
 from client.producer import Producer
 from proto import minikafka_pb2 as pb
+from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 VALUE = b"v" * 100
 SAMPLE_EVERY = 50
 
 
-def create_topics(bootstrap: str, partitions: int) -> None:
-    view = ClusterView(bootstrap)
+def create_topics(bootstrap: str, partitions: int, security: ChannelSecurity = PLAINTEXT_SECURITY) -> None:
+    view = ClusterView(bootstrap, security=security)
     conn = view.connection(view.bootstrap[0])
     resp = conn.api.CreateTopics(pb.CreateTopicsRequest(topics=[
         pb.CreatableTopic(name="rf1", num_partitions=partitions, replication_factor=1),
@@ -50,10 +55,11 @@ def create_topics(bootstrap: str, partitions: int) -> None:
     view.close()
 
 
-def run(bootstrap: str, topic: str, acks: str | int, records: int, args: argparse.Namespace) -> dict[str, Any]:
+def run(bootstrap: str, topic: str, acks: str | int, records: int, args: argparse.Namespace,
+        security: ChannelSecurity = PLAINTEXT_SECURITY) -> dict[str, Any]:
     latencies: list[float] = []
     producer = Producer(bootstrap, acks=acks, enable_idempotence=acks == "all", linger_ms=args.linger_ms,
-                        batch_size=args.batch_size, buffer_memory=args.buffer_memory)
+                        batch_size=args.batch_size, buffer_memory=args.buffer_memory, security=security)
     try:
         for _ in range(args.warmup):
             producer.send(topic, VALUE)
@@ -98,6 +104,7 @@ def main() -> None:
     ap.add_argument("--buffer-memory", type=int, default=262_144,
                     help="bytes the producer may hold unacknowledged (back-pressure, bounds latency)")
     ap.add_argument("--throughput", type=int, default=-1, help="records/s to offer (-1: as fast as possible)")
+    ap.add_argument("--tls", action="store_true", help="also RF=3 acks=all with clients on TLS + SCRAM (--secure)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -111,14 +118,34 @@ def main() -> None:
     finally:
         cluster.down()
         shutil.rmtree(root, ignore_errors=True)
+    tls: dict[str, Any] | None = None
+    if args.tls:
+        root = Path(tempfile.mkdtemp(prefix="replication-bench-tls-"))
+        cluster = LocalCluster(root / "cluster", broker_overrides={"zookeeper.session.timeout.ms": "10000"})
+        try:
+            state = cluster.up(3, secure=True)
+            security = state.client_security()
+            create_topics(state.bootstrap_servers, args.partitions, security)
+            tls = run(state.bootstrap_servers, "rf3", "all", args.records, args, security)
+        finally:
+            cluster.down()
+            shutil.rmtree(root, ignore_errors=True)
     result = {"rf1_acks_1": a, "rf3_acks_all": b, "ratio": round(b["records_per_sec"] / a["records_per_sec"], 3),
               "partitions": args.partitions, "batch_size": args.batch_size, "value_size": len(VALUE)}
+    if tls is not None:
+        result["rf3_acks_all_tls_scram"] = tls
+        result["tls_ratio"] = round(tls["records_per_sec"] / b["records_per_sec"], 3)
     print(f"{args.records} records of {len(VALUE)} B, {args.partitions} partitions, 3 brokers on loopback")
     print(f"{'':22} {'records/s':>11} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-    for name, r in (("RF=1 acks=1", a), ("RF=3 acks=all (min.isr=2)", b)):
-        print(f"{name:22} {r['records_per_sec']:>11,} {r['mb_per_sec']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} "
+    rows = [("RF=1 acks=1", a), ("RF=3 acks=all (min.isr=2)", b)]
+    if tls is not None:
+        rows.append(("RF=3 acks=all, TLS+SCRAM", tls))
+    for name, r in rows:
+        print(f"{name:26} {r['records_per_sec']:>11,} {r['mb_per_sec']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} "
               f"{r['max_ms']:>8}")
     print(f"ratio (RF=3 acks=all) / (RF=1 acks=1): {result['ratio']}")
+    if tls is not None:
+        print(f"ratio TLS+SCRAM / plaintext clients (RF=3 acks=all): {result['tls_ratio']}")
     if args.json:
         print(json.dumps(result))
 

@@ -47,7 +47,7 @@ SHAPES: dict[str, tuple[int, int, bool, int]] = {
 
 def make_buffer(value_size: int, per_batch: int, keyed: bool, codec: int, mb: int) -> bytes:
     batches = []
-    for b in range(16):
+    for _b in range(16):
         # Compressed shapes get text-like values (random lowercase letters, ~1.6x with zstd).
         recs = [Record(value=os.urandom(value_size) if codec == COMPRESSION_NONE
                        else bytes(97 + x % 26 for x in os.urandom(value_size)),

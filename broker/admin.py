@@ -20,38 +20,58 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Final
 
 from broker.config import CONFIG_DEFS, BrokerConfig
 from broker.log.config import TOPIC_CONFIG_NAMES, LogConfig
 from broker.metadata_cache import MetadataCache
-from broker.request_guard import error_message, judge_names
+from broker.request_guard import error_message, judge_names, judge_partitions
+from broker.security.authorizer import (
+    CLUSTER,
+    CLUSTER_NAME,
+    GROUP,
+    TOPIC,
+    WILDCARD,
+    Acl,
+    AclAuthorizer,
+    Resource,
+)
+from broker.security.gatekeeper import Gatekeeper
+from broker.security.principal import LOCAL_CLIENT, RequestContext
 from controller.assignment import assign_replicas, validate_manual_assignment
 from controller.zk_client import KafkaZkClient
 from proto import errors
 from proto import minikafka_pb2 as pb
-from proto.names import validate_topic_name
-from proto.zk_data import MAX_ZNODE_BYTES, ConfigTopicZNode, TopicZNode
+from proto.names import ILLEGAL_GROUP_CHARS, validate_group_id, validate_topic_name
+from proto.scram import MAX_ITERATIONS, MECHANISM, MIN_ITERATIONS, credential_from_salted
+from proto.zk_data import MAX_ZNODE_BYTES, ConfigTopicZNode, TopicPartitionId, TopicZNode
 
 E = pb.ErrorCode
 
 
 class AdminManager:
     def __init__(self, config: BrokerConfig, zk: KafkaZkClient, metadata: MetadataCache,
-                 topic_config: Callable[[str], LogConfig]) -> None:
+                 topic_config: Callable[[str], LogConfig], gate: Gatekeeper | None = None) -> None:
         self.config = config
         self.zk = zk
         self.metadata = metadata
         self.topic_config = topic_config
+        self.gate = gate or Gatekeeper(config)
+        self._acl_lock = asyncio.Lock()
         self._pid_block: tuple[int, int] | None = None
         self._next_pid = 0
         self._pid_lock = asyncio.Lock()
 
-    async def create_topics(self, req: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
+    async def create_topics(self, req: pb.CreateTopicsRequest,
+                            ctx: RequestContext = LOCAL_CLIENT) -> pb.CreateTopicsResponse:
         resp = pb.CreateTopicsResponse()
         created: list[str] = []
         verdicts = judge_names([t.name for t in req.topics], self.config.max_request_partitions)
+        may_create_any = self.gate.cluster_allowed(ctx, "Create")
         for t, verdict in zip(req.topics, verdicts, strict=True):
             r = resp.topics.add(name=t.name, num_partitions=-1, replication_factor=-1)
+            if verdict == E.NONE and not (may_create_any or self.gate.allowed(ctx, "Create", TOPIC, t.name)):
+                verdict = E.TOPIC_AUTHORIZATION_FAILED
             if verdict != E.NONE:
                 r.error_code, r.error_message = verdict, error_message(verdict)
                 continue
@@ -153,12 +173,15 @@ class AdminManager:
         except errors.KafkaError:
             pass
 
-    async def delete_topics(self, req: pb.DeleteTopicsRequest) -> pb.DeleteTopicsResponse:
+    async def delete_topics(self, req: pb.DeleteTopicsRequest,
+                            ctx: RequestContext = LOCAL_CLIENT) -> pb.DeleteTopicsResponse:
         resp = pb.DeleteTopicsResponse()
         requested: list[str] = []
         verdicts = judge_names(req.topic_names, self.config.max_request_partitions)
         for name, verdict in zip(req.topic_names, verdicts, strict=True):
             r = resp.responses.add(name=name)
+            if verdict == E.NONE and not self.gate.allowed(ctx, "Delete", TOPIC, name):
+                verdict = E.TOPIC_AUTHORIZATION_FAILED
             if verdict != E.NONE:
                 r.error_code, r.error_message = verdict, error_message(verdict)
                 continue
@@ -185,7 +208,8 @@ class AdminManager:
 
     # ------------------------------------------------------------ configs
 
-    async def describe_configs(self, req: pb.DescribeConfigsRequest) -> pb.DescribeConfigsResponse:
+    async def describe_configs(self, req: pb.DescribeConfigsRequest,
+                               ctx: RequestContext = LOCAL_CLIENT) -> pb.DescribeConfigsResponse:
         resp = pb.DescribeConfigsResponse()
         for res in req.resources:
             r = resp.results.add(resource_type=res.resource_type, resource_name=res.resource_name)
@@ -194,6 +218,9 @@ class AdminManager:
                     raise errors.InvalidRequestError("too many resources in one request")
                 if res.resource_type == pb.ConfigResourceType.TOPIC:
                     validate_topic_name(res.resource_name)
+                    if not self.gate.allowed(ctx, "DescribeConfigs", TOPIC, res.resource_name):
+                        raise errors.TopicAuthorizationFailedError(f"{ctx.principal} may not describe the configs "
+                                                                   f"of {res.resource_name}")
                     if not await asyncio.to_thread(self.zk.topic_exists, res.resource_name):
                         raise errors.UnknownTopicOrPartitionError(f"topic {res.resource_name!r} does not exist")
                     overrides = await asyncio.to_thread(self.zk.get_topic_config, res.resource_name)
@@ -209,8 +236,15 @@ class AdminManager:
                 elif res.resource_type == pb.ConfigResourceType.BROKER:
                     if res.resource_name not in ("", str(self.config.broker_id)):
                         raise errors.InvalidRequestError(f"this is broker {self.config.broker_id}")
+                    if not self.gate.cluster_allowed(ctx, "DescribeConfigs"):
+                        raise errors.ClusterAuthorizationFailedError(f"{ctx.principal} may not describe broker configs")
                     for name, d in sorted(_broker_config_items(self.config).items()):
                         if res.configuration_keys and name not in res.configuration_keys:
+                            continue
+                        if name in SENSITIVE_BROKER_CONFIGS:
+                            # Kafka shows sensitive configs as null: the entry, never the value.
+                            r.configs.add(name=name, read_only=True, is_sensitive=True,
+                                          source=pb.ConfigSource.STATIC_BROKER_CONFIG)
                             continue
                         r.configs.add(name=name, value=d, read_only=True, source=pb.ConfigSource.STATIC_BROKER_CONFIG)
                 else:
@@ -220,7 +254,8 @@ class AdminManager:
                 r.error_message = e.message
         return resp
 
-    async def alter_configs(self, req: pb.AlterConfigsRequest) -> pb.AlterConfigsResponse:
+    async def alter_configs(self, req: pb.AlterConfigsRequest,
+                            ctx: RequestContext = LOCAL_CLIENT) -> pb.AlterConfigsResponse:
         resp = pb.AlterConfigsResponse()
         for res in req.resources:
             r = resp.responses.add(resource_type=res.resource_type, resource_name=res.resource_name)
@@ -231,6 +266,8 @@ class AdminManager:
                     raise errors.InvalidRequestError("only topic configs can be altered")
                 topic = res.resource_name
                 validate_topic_name(topic)
+                if not self.gate.allowed(ctx, "AlterConfigs", TOPIC, topic):
+                    raise errors.TopicAuthorizationFailedError(f"{ctx.principal} may not alter the configs of {topic}")
                 if not await asyncio.to_thread(self.zk.topic_exists, topic):
                     raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
                 current = await asyncio.to_thread(self.zk.get_topic_config, topic)
@@ -253,7 +290,14 @@ class AdminManager:
 
     # ------------------------------------------------------------ producer ids
 
-    async def init_producer_id(self, req: pb.InitProducerIdRequest) -> pb.InitProducerIdResponse:
+    async def init_producer_id(self, req: pb.InitProducerIdRequest,
+                               ctx: RequestContext = LOCAL_CLIENT) -> pb.InitProducerIdResponse:
+        # Kafka 2.8 (KIP-679): IdempotentWrite on the cluster, or Write on any topic.
+        authorizer = self.gate.authorizer
+        if authorizer is not None and ctx.broker_id is None and not self.gate.cluster_allowed(ctx, "IdempotentWrite") \
+                and not authorizer.allows_any(ctx.principal, ctx.host, "Write", TOPIC):
+            return pb.InitProducerIdResponse(error_code=E.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1,
+                                             producer_epoch=-1)
         if req.transactional_id:
             return pb.InitProducerIdResponse(error_code=pb.ErrorCode.UNSUPPORTED_VERSION, producer_id=-1,
                                              producer_epoch=-1)
@@ -264,6 +308,267 @@ class AdminManager:
             pid = self._next_pid
             self._next_pid += 1
         return pb.InitProducerIdResponse(error_code=pb.ErrorCode.NONE, producer_id=pid, producer_epoch=0)
+
+
+    # ------------------------------------------------------------ elections and reassignments (S9.6)
+
+    def _require_cluster(self, ctx: RequestContext, operation: str) -> None:
+        if not self.gate.cluster_allowed(ctx, operation):
+            raise errors.ClusterAuthorizationFailedError(f"{ctx.principal} may not {operation} the cluster")
+
+    def _known_partition(self, topic: str, partition: int) -> bool:
+        return self.metadata.partition(topic, partition) is not None
+
+    async def elect_leaders(self, req: pb.ElectLeadersRequest,
+                            ctx: RequestContext = LOCAL_CLIENT) -> pb.ElectLeadersResponse:
+        """Preferred replica election (KIP-460), carried out by the controller through
+        /admin/preferred_replica_election as in Kafka 2.x."""
+        self._require_cluster(ctx, "Alter")
+        resp = pb.ElectLeadersResponse(error_code=E.NONE)
+        if req.partitions:
+            wanted = [(p.topic_name, p.partition_index) for p in req.partitions]
+        else:
+            wanted = [(t, p) for t, parts in sorted(self.metadata.partitions.items()) for p in sorted(parts)]
+        verdicts = judge_partitions(wanted, self.config.max_request_partitions)
+        todo: list[tuple[str, int]] = []
+        for (topic, part), verdict in zip(wanted, verdicts, strict=True):
+            info = self.metadata.partition(topic, part) if verdict == E.NONE else None
+            if verdict == E.NONE and info is None:
+                verdict = E.UNKNOWN_TOPIC_OR_PARTITION
+            if verdict != E.NONE:
+                resp.results.add(topic_name=topic, partition_index=part, error_code=verdict,
+                                 error_message=error_message(verdict))
+                continue
+            assert info is not None
+            if info.replicas and info.leader == info.replicas[0]:
+                if req.partitions:
+                    resp.results.add(topic_name=topic, partition_index=part, error_code=E.ELECTION_NOT_NEEDED)
+                continue
+            todo.append((topic, part))
+        if todo:
+            if not await asyncio.to_thread(self.zk.create_preferred_replica_election,
+                                           [TopicPartitionId(t, p) for t, p in todo]):
+                raise errors.PreferredLeaderNotAvailableError("a preferred replica election is already running")
+            deadline = time.monotonic() + min(max(req.timeout_ms, 0), self.config.request_timeout_ms) / 1000.0
+            while time.monotonic() < deadline and not all(self._leads_preferred(t, p) for t, p in todo):
+                await asyncio.sleep(0.05)
+            for t, p in todo:
+                ok = self._leads_preferred(t, p)
+                resp.results.add(topic_name=t, partition_index=p,
+                                 error_code=E.NONE if ok else E.PREFERRED_LEADER_NOT_AVAILABLE,
+                                 error_message="" if ok else "the preferred replica is not live or not in the ISR")
+        return resp
+
+    def _leads_preferred(self, topic: str, partition: int) -> bool:
+        info = self.metadata.partition(topic, partition)
+        return info is not None and bool(info.replicas) and info.leader == info.replicas[0]
+
+    async def alter_partition_reassignments(self, req: pb.AlterPartitionReassignmentsRequest,
+                                            ctx: RequestContext = LOCAL_CLIENT) \
+            -> pb.AlterPartitionReassignmentsResponse:
+        """KIP-455's API over Kafka 2.x's /admin/reassign_partitions: refused at submission when a
+        target is not live, lists a broker twice or names an unknown partition."""
+        self._require_cluster(ctx, "Alter")
+        resp = pb.AlterPartitionReassignmentsResponse(error_code=E.NONE)
+        entries = [(p.topic_name, p.partition_index) for p in req.partitions]
+        verdicts = judge_partitions(entries, self.config.max_request_partitions)
+        live = set(await asyncio.to_thread(self.zk.get_broker_ids))
+        plan: dict[TopicPartitionId, list[int]] = {}
+        for rp, verdict in zip(req.partitions, verdicts, strict=True):
+            reason = ""
+            if verdict == E.NONE and not self._known_partition(rp.topic_name, rp.partition_index):
+                verdict = E.UNKNOWN_TOPIC_OR_PARTITION
+            elif verdict == E.NONE:
+                target = list(rp.replicas)
+                if not target or len(set(target)) != len(target):
+                    verdict, reason = E.INVALID_REPLICA_ASSIGNMENT, f"replicas {target} are empty or repeat a broker"
+                elif not set(target) <= live:
+                    verdict = E.INVALID_REPLICA_ASSIGNMENT
+                    reason = f"brokers {sorted(set(target) - live)} are not live"
+            resp.results.add(topic_name=rp.topic_name, partition_index=rp.partition_index, error_code=verdict,
+                             error_message=reason or ("" if verdict == E.NONE else error_message(verdict)))
+            if verdict == E.NONE:
+                plan[TopicPartitionId(rp.topic_name, rp.partition_index)] = list(rp.replicas)
+        if plan and not all(r.error_code != E.NONE for r in resp.results):
+            if any(r.error_code != E.NONE for r in resp.results):
+                # All or nothing: one reassignment znode, as kafka-reassign-partitions writes it.
+                resp.error_code, resp.error_message = E.INVALID_REPLICA_ASSIGNMENT, "some partitions were refused"
+                return resp
+            if not await asyncio.to_thread(self.zk.create_partition_reassignment, plan):
+                resp.error_code = E.REASSIGNMENT_IN_PROGRESS
+                resp.error_message = "a reassignment is already in progress"
+        return resp
+
+    async def list_partition_reassignments(self, req: pb.ListPartitionReassignmentsRequest,
+                                           ctx: RequestContext = LOCAL_CLIENT) -> pb.ListPartitionReassignmentsResponse:
+        self._require_cluster(ctx, "Describe")
+        current = await asyncio.to_thread(self.zk.get_partition_reassignment) or {}
+        resp = pb.ListPartitionReassignmentsResponse(error_code=E.NONE)
+        for tpid, replicas in sorted(current.items()):
+            resp.reassignments.add(topic_name=tpid.topic, partition_index=tpid.partition, replicas=replicas)
+        return resp
+
+    # ------------------------------------------------------------ ACLs (S12.3)
+
+    def _acl_resource(self, resource_type: int, name: str) -> Resource:
+        kind = {pb.AclResourceType.TOPIC_RESOURCE: TOPIC, pb.AclResourceType.GROUP_RESOURCE: GROUP,
+                pb.AclResourceType.CLUSTER_RESOURCE: CLUSTER}.get(resource_type)  # type: ignore[call-overload]
+        if kind is None:
+            raise errors.InvalidRequestError(f"unknown ACL resource type {resource_type}")
+        if kind == CLUSTER and name != CLUSTER_NAME:
+            raise errors.InvalidRequestError(f"the cluster resource is named {CLUSTER_NAME!r}")
+        if kind == TOPIC and name != WILDCARD:
+            validate_topic_name(name)
+        if kind == GROUP and name != WILDCARD:
+            validate_group_id(name)
+        return Resource(kind, name)
+
+    @staticmethod
+    def _binding(resource: Resource, acl: Acl) -> pb.AclBinding:
+        rtype = {TOPIC: pb.AclResourceType.TOPIC_RESOURCE, GROUP: pb.AclResourceType.GROUP_RESOURCE,
+                 CLUSTER: pb.AclResourceType.CLUSTER_RESOURCE}[resource.resource_type]
+        return pb.AclBinding(resource_type=rtype, resource_name=resource.name, principal=acl.principal,
+                             host=acl.host, operation=acl.operation, permission_type=acl.permission_type)
+
+    def _authorizer_or_raise(self) -> AclAuthorizer:
+        if self.gate.authorizer is None:
+            raise errors.SecurityDisabledError("no authorizer is configured (authorizer.class.name)")
+        return self.gate.authorizer
+
+    async def create_acls(self, req: pb.CreateAclsRequest,
+                          ctx: RequestContext = LOCAL_CLIENT) -> pb.CreateAclsResponse:
+        authorizer = self._authorizer_or_raise()
+        self._require_cluster(ctx, "Alter")
+        resp = pb.CreateAclsResponse()
+        for b in req.creations:
+            try:
+                resource = self._acl_resource(b.resource_type, b.resource_name)
+                acl = Acl(b.principal, b.host or WILDCARD, b.operation, b.permission_type)
+                try:
+                    acl.check()
+                except ValueError as e:
+                    raise errors.InvalidRequestError(str(e)) from None
+                async with self._acl_lock:
+                    current = {Acl(*e) for e in await asyncio.to_thread(
+                        self.zk.get_acls, resource.resource_type, resource.name)}
+                    current.add(acl)
+                    await asyncio.to_thread(self.zk.set_acls, resource.resource_type, resource.name,
+                                            [(a.principal, a.host, a.operation, a.permission_type) for a in current])
+                    authorizer.set_acls(resource, current)
+                resp.results.add(error_code=E.NONE)
+            except errors.KafkaError as e:
+                resp.results.add(error_code=e.wire_code, error_message=e.message)
+        return resp
+
+    def _filter_matches(self, f: pb.AclFilter, resource: Resource, acl: Acl) -> bool:
+        if f.resource_type not in (pb.AclResourceType.ANY_RESOURCE,) and \
+                self._binding(resource, acl).resource_type != f.resource_type:
+            return False
+        return all(not want or want == have for want, have in (
+            (f.resource_name, resource.name), (f.principal, acl.principal), (f.host, acl.host),
+            (f.operation, acl.operation), (f.permission_type, acl.permission_type)))
+
+    async def describe_acls(self, req: pb.DescribeAclsRequest,
+                            ctx: RequestContext = LOCAL_CLIENT) -> pb.DescribeAclsResponse:
+        authorizer = self._authorizer_or_raise()
+        self._require_cluster(ctx, "Describe")
+        resp = pb.DescribeAclsResponse(error_code=E.NONE)
+        for resource, acls in sorted(authorizer.acls().items(), key=lambda kv: (kv[0].resource_type, kv[0].name)):
+            for acl in sorted(acls, key=lambda a: (a.principal, a.operation, a.permission_type, a.host)):
+                if self._filter_matches(req.filter, resource, acl):
+                    resp.acls.append(self._binding(resource, acl))
+        return resp
+
+    async def delete_acls(self, req: pb.DeleteAclsRequest,
+                          ctx: RequestContext = LOCAL_CLIENT) -> pb.DeleteAclsResponse:
+        authorizer = self._authorizer_or_raise()
+        self._require_cluster(ctx, "Alter")
+        resp = pb.DeleteAclsResponse()
+        for f in req.filters:
+            result = resp.filter_results.add(error_code=E.NONE)
+            async with self._acl_lock:
+                for resource, acls in list(authorizer.acls().items()):
+                    gone = {a for a in acls if self._filter_matches(f, resource, a)}
+                    if not gone:
+                        continue
+                    keep = set(acls) - gone
+                    await asyncio.to_thread(self.zk.set_acls, resource.resource_type, resource.name,
+                                            [(a.principal, a.host, a.operation, a.permission_type) for a in keep])
+                    authorizer.set_acls(resource, keep)
+                    result.matching_acls.extend(self._binding(resource, a) for a in sorted(
+                        gone, key=lambda a: (a.principal, a.operation)))
+        return resp
+
+    # ------------------------------------------------------------ SCRAM users (S12.3)
+
+    async def alter_user_scram_credentials(self, req: pb.AlterUserScramCredentialsRequest,
+                                           ctx: RequestContext = LOCAL_CLIENT) -> pb.AlterUserScramCredentialsResponse:
+        self._require_cluster(ctx, "Alter")
+        resp = pb.AlterUserScramCredentialsResponse()
+        for d in req.deletions:
+            r = resp.results.add(user=d.name, error_code=E.NONE)
+            try:
+                self._check_user(d.name, d.mechanism)
+                config = await asyncio.to_thread(self.zk.get_user_config, d.name)
+                if MECHANISM not in config:
+                    raise errors.ResourceNotFoundError(f"user {d.name!r} has no {MECHANISM} credential")
+                config.pop(MECHANISM)
+                await asyncio.to_thread(self.zk.set_user_config, d.name, config)
+            except errors.KafkaError as e:
+                r.error_code, r.error_message = e.wire_code, e.message
+        for u in req.upsertions:
+            r = resp.results.add(user=u.name, error_code=E.NONE)
+            try:
+                self._check_user(u.name, u.mechanism)
+                if not MIN_ITERATIONS <= u.iterations <= MAX_ITERATIONS:
+                    raise errors.UnacceptableCredentialError(
+                        f"iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}")
+                if len(u.salt) < 8 or len(u.salted_password) != 32:
+                    raise errors.UnacceptableCredentialError("a salt of at least 8 bytes and a 32-byte salted "
+                                                             "password (SHA-256) are required")
+                credential = credential_from_salted(u.salt, u.salted_password, u.iterations)
+                config = await asyncio.to_thread(self.zk.get_user_config, u.name)
+                config[MECHANISM] = credential.encode()
+                await asyncio.to_thread(self.zk.set_user_config, u.name, config)
+                self.gate.credentials.set(u.name, credential)
+            except errors.KafkaError as e:
+                r.error_code, r.error_message = e.wire_code, e.message
+        return resp
+
+    @staticmethod
+    def _check_user(name: str, mechanism: str) -> None:
+        if mechanism != MECHANISM:
+            raise errors.UnsupportedSaslMechanismError(f"mechanism {mechanism!r}: only {MECHANISM} is served")
+        try:
+            validate_group_id(name)  # the same rules make a safe ZooKeeper path component
+        except errors.InvalidGroupIdError:
+            raise errors.UnacceptableCredentialError(f"user name {name!r} is not valid") from None
+
+    async def describe_user_scram_credentials(self, req: pb.DescribeUserScramCredentialsRequest,
+                                              ctx: RequestContext = LOCAL_CLIENT) \
+            -> pb.DescribeUserScramCredentialsResponse:
+        self._require_cluster(ctx, "Describe")
+        resp = pb.DescribeUserScramCredentialsResponse(error_code=E.NONE)
+        users = list(req.users) or await asyncio.to_thread(self.zk.get_scram_users)
+        for name in users:
+            text = (await asyncio.to_thread(self.zk.get_user_config, name)).get(MECHANISM) \
+                if ILLEGAL_GROUP_CHARS.search(name) is None and name not in ("", ".", "..") else None
+            if text is None:
+                resp.results.add(user=name, error_code=E.RESOURCE_NOT_FOUND,
+                                 error_message=f"user {name!r} has no {MECHANISM} credential")
+                continue
+            iterations = text.rsplit("iterations=", 1)[-1]
+            resp.results.add(user=name, error_code=E.NONE, mechanism=MECHANISM,
+                             iterations=int(iterations) if iterations.isdigit() else 0)
+        return resp
+
+
+# Shown as null (is_sensitive) by DescribeConfigs: where the broker keeps its data, secrets and keys,
+# and how to reach ZooKeeper (whose writes only brokers should make, S12.4).
+SENSITIVE_BROKER_CONFIGS: Final = frozenset({
+    "zookeeper.connect", "log.dirs", "log.dir", "ssl.keystore.location", "ssl.truststore.location",
+    "zookeeper.digest.auth.file", "super.users",
+})
 
 
 def _broker_config_items(cfg: BrokerConfig) -> dict[str, str]:

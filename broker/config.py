@@ -3,6 +3,13 @@
 ``minikafka broker --config FILE [--set key=value ...]`` reads a Java-style
 properties file; every key is a Kafka broker config name. Unknown keys and bad
 values are refused at start with a message naming the key.
+
+Listeners follow Kafka (KIP-103, KIP-291): ``listeners=CLIENT://h:9092,INTERNAL://h:9093``,
+``listener.security.protocol.map=CLIENT:PLAINTEXT,INTERNAL:SSL``, ``inter.broker.listener.name``
+and optionally ``control.plane.listener.name``. The inter-broker (and control-plane) listener
+must be SSL: it is served with mutual TLS and only broker certificates are let in (SPEC S12.1).
+Certificates are PEM files: ``ssl.keystore.location`` (certificate chain and private key) and
+``ssl.truststore.location`` (the CA); ``minikafka certs`` makes them.
 """
 
 from __future__ import annotations
@@ -13,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from broker.log.config import MAX_MESSAGE_BYTES_LIMIT, LogConfig
+from proto.properties import PropertiesError, parse_properties
 
 
-class ConfigError(ValueError):
+class ConfigError(PropertiesError):
     """A broker config is missing, unknown or invalid."""
 
 
@@ -104,6 +112,25 @@ CONFIG_DEFS: dict[str, _Def] = {
     "log.message.timestamp.type": _Def("log_message_timestamp_type", str,
                                        lambda v: v in ("CreateTime", "LogAppendTime"),
                                        "CreateTime or LogAppendTime"),
+    "listener.security.protocol.map": _Def("listener_security_protocol_map", str),
+    "inter.broker.listener.name": _Def("inter_broker_listener_name", str),
+    "control.plane.listener.name": _Def("control_plane_listener_name", str),
+    "ssl.keystore.location": _Def("ssl_keystore_location", str),
+    "ssl.keystore.type": _Def("ssl_keystore_type", str, lambda v: v.upper() == "PEM", "PEM"),
+    "ssl.truststore.location": _Def("ssl_truststore_location", str),
+    "ssl.truststore.type": _Def("ssl_truststore_type", str, lambda v: v.upper() == "PEM", "PEM"),
+    "ssl.client.auth": _Def("ssl_client_auth", str, lambda v: v in ("none", "required"), "none or required"),
+    "sasl.enabled.mechanisms": _Def("sasl_enabled_mechanisms", str, lambda v: v == "SCRAM-SHA-256",
+                                    "SCRAM-SHA-256"),
+    "authorizer.class.name": _Def("authorizer_class_name", str,
+                                  lambda v: v in ("", "AclAuthorizer", "kafka.security.authorizer.AclAuthorizer"),
+                                  "empty (off) or kafka.security.authorizer.AclAuthorizer"),
+    "allow.everyone.if.no.acl.found": _Def("allow_everyone_if_no_acl_found", _bool),
+    "super.users": _Def("super_users", str),
+    "broker.principal.prefix": _Def("broker_principal_prefix", str, lambda v: bool(v), "not empty"),
+    "zookeeper.set.acl": _Def("zookeeper_set_acl", _bool),
+    "zookeeper.digest.auth.file": _Def("zookeeper_digest_auth_file", str),
+    "grpc.reflection.enable": _Def("grpc_reflection_enable", _bool),
     "broker.rack": _Def("broker_rack", str),
     "metrics.port": _Def("metrics_port", int, lambda v: -1 <= v <= 65535, "-1 (off), 0 (any free port) or a port"),
     "metrics.host": _Def("metrics_host", str),
@@ -170,6 +197,22 @@ class BrokerConfig:
     # Floors on segment.bytes / segment.ms that any client may set (each segment is open files).
     min_segment_bytes: int = 1048576
     min_segment_ms: int = 60000
+    listener_security_protocol_map: str = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL"
+    inter_broker_listener_name: str = ""
+    control_plane_listener_name: str = ""
+    ssl_keystore_location: str = ""
+    ssl_keystore_type: str = "PEM"
+    ssl_truststore_location: str = ""
+    ssl_truststore_type: str = "PEM"
+    ssl_client_auth: str = "none"
+    sasl_enabled_mechanisms: str = "SCRAM-SHA-256"
+    authorizer_class_name: str = ""
+    allow_everyone_if_no_acl_found: bool = False
+    super_users: str = ""
+    broker_principal_prefix: str = "broker-"
+    zookeeper_set_acl: bool = False
+    zookeeper_digest_auth_file: str = ""
+    grpc_reflection_enable: bool = True
     broker_rack: str = ""
     metrics_port: int = -1
     metrics_host: str = "127.0.0.1"
@@ -177,12 +220,48 @@ class BrokerConfig:
     # ------------------------------------------------------------ derived values
 
     @property
-    def listener(self) -> tuple[str, int]:
-        return parse_listener(self.listeners)
+    def listener_list(self) -> list[Listener]:
+        return parse_listeners(self.listeners, self.protocol_map)
 
     @property
-    def advertised(self) -> tuple[str, int]:
-        return parse_listener(self.advertised_listeners) if self.advertised_listeners else self.listener
+    def advertised_listener_list(self) -> list[Listener]:
+        """What the broker registers: ``advertised.listeners`` where given, else ``listeners``
+        (a wildcard host advertised as 127.0.0.1)."""
+        advertised = {x.name: x for x in parse_listeners(self.advertised_listeners, self.protocol_map)} \
+            if self.advertised_listeners else {}
+        out = []
+        for x in self.listener_list:
+            a = advertised.get(x.name, x)
+            host = "127.0.0.1" if a.host in ("0.0.0.0", "") else a.host
+            out.append(Listener(x.name, host, a.port, x.security_protocol))
+        return out
+
+    @property
+    def protocol_map(self) -> dict[str, str]:
+        return parse_protocol_map(self.listener_security_protocol_map)
+
+    @property
+    def inter_broker_listener(self) -> Listener:
+        listeners = self.listener_list
+        name = self.inter_broker_listener_name or (listeners[0].name if len(listeners) == 1 else "")
+        for x in listeners:
+            if x.name == name:
+                return x
+        raise ConfigError("inter.broker.listener.name must name one of the listeners "
+                          f"({', '.join(x.name for x in listeners)})")
+
+    @property
+    def control_plane_listener(self) -> Listener:
+        if not self.control_plane_listener_name:
+            return self.inter_broker_listener
+        for x in self.listener_list:
+            if x.name == self.control_plane_listener_name:
+                return x
+        raise ConfigError("control.plane.listener.name must name one of the listeners")
+
+    @property
+    def authorizer_enabled(self) -> bool:
+        return bool(self.authorizer_class_name)
 
     @property
     def log_dir_paths(self) -> list[Path]:
@@ -225,34 +304,65 @@ class BrokerConfig:
         )
 
 
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+    security_protocol: str
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
+
+
+def parse_protocol_map(value: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in value.split(","):
+        name, sep, proto = item.strip().partition(":")
+        if not item.strip():
+            continue
+        if not sep or not name or proto.upper() not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"listener.security.protocol.map: expected NAME:PROTOCOL with PROTOCOL one of "
+                              f"{', '.join(SECURITY_PROTOCOLS)}, got {item.strip()!r}")
+        out[name.upper()] = proto.upper()
+    return out
+
+
+def parse_listeners(value: str, protocols: dict[str, str]) -> list[Listener]:
+    """``NAME://host:port,...`` (Kafka's ``listeners``) with each name's security protocol."""
+    out: list[Listener] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, address = item.partition("://")
+        host, colon, port = address.rpartition(":")
+        if not sep or not name or not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(f"listeners: expected NAME://host:port, got {item!r}")
+        proto = protocols.get(name.upper())
+        if proto is None:
+            raise ConfigError(f"listeners: {name!r} has no entry in listener.security.protocol.map")
+        if any(x.name == name.upper() for x in out):
+            raise ConfigError(f"listeners: {name!r} is listed twice")
+        out.append(Listener(name.upper(), host or "0.0.0.0", int(port), proto))
+    if not out:
+        raise ConfigError("listeners is empty")
+    return out
+
+
 def parse_listener(value: str) -> tuple[str, int]:
-    """``PLAINTEXT://host:port`` (or ``host:port``) -> (host, port)."""
+    """``NAME://host:port`` (or ``host:port``) -> (host, port) of the first listener."""
     first = value.split(",")[0].strip()
     if "://" in first:
-        proto, first = first.split("://", 1)
-        if proto.upper() != "PLAINTEXT":
-            raise ConfigError(f"listeners: only PLAINTEXT is supported, got {proto!r}")
+        first = first.split("://", 1)[1]
     host, sep, port = first.rpartition(":")
     if not sep or not port.isdigit() or not (0 <= int(port) <= 65535):
-        raise ConfigError(f"listeners: expected PLAINTEXT://host:port, got {value!r}")
+        raise ConfigError(f"listeners: expected NAME://host:port, got {value!r}")
     return host or "0.0.0.0", int(port)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java properties, the subset config files use: key=value or key: value, # and ! comments."""
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        for sep in ("=", ":"):
-            if sep in line:
-                key, value = line.split(sep, 1)
-                out[key.strip()] = value.strip()
-                break
-        else:
-            raise ConfigError(f"cannot parse config line {raw!r}")
-    return out
 
 
 def build_config(props: Mapping[str, str]) -> BrokerConfig:
@@ -275,9 +385,7 @@ def build_config(props: Mapping[str, str]) -> BrokerConfig:
         raise ConfigError("zookeeper.connect is required")
     if not cfg.log_dir_paths:
         raise ConfigError("log.dirs is empty")
-    cfg.listener  # noqa: B018 - validates the listener
-    if cfg.advertised_listeners:
-        cfg.advertised  # noqa: B018
+    check_listeners(cfg)
     try:
         cfg.default_log_config().validate()
     except Exception as e:
@@ -285,11 +393,38 @@ def build_config(props: Mapping[str, str]) -> BrokerConfig:
     return cfg
 
 
+def check_listeners(cfg: BrokerConfig) -> None:
+    """The listener rules of SPEC S12.1, at start-up."""
+    listeners = cfg.listener_list
+    cfg.advertised_listener_list  # noqa: B018 - parses advertised.listeners
+    inter = cfg.inter_broker_listener
+    control = cfg.control_plane_listener
+    for x, what in ((inter, "inter.broker.listener.name"), (control, "control.plane.listener.name")):
+        if x.security_protocol != "SSL":
+            raise ConfigError(f"{what}: listener {x.name} must use SSL - the inter-broker plane is mutual TLS "
+                              "with broker certificates (SPEC S12.1); `minikafka certs` makes them")
+    if any(x.security_protocol in ("SSL", "SASL_SSL") for x in listeners):
+        if not cfg.ssl_keystore_location or not cfg.ssl_truststore_location:
+            raise ConfigError("SSL listeners need ssl.keystore.location (PEM certificate and key) and "
+                              "ssl.truststore.location (PEM CA)")
+        for key, path in (("ssl.keystore.location", cfg.ssl_keystore_location),
+                          ("ssl.truststore.location", cfg.ssl_truststore_location)):
+            if not Path(path).is_file():
+                raise ConfigError(f"{key}: {path} is not a readable file")
+    if cfg.zookeeper_set_acl and not cfg.zookeeper_digest_auth_file:
+        raise ConfigError("zookeeper.set.acl needs zookeeper.digest.auth.file (a file holding user:password)")
+    for p in (x.strip() for x in cfg.super_users.split(";") if x.strip()):
+        if ":" not in p:
+            raise ConfigError(f"super.users: {p!r} is not a principal (User:name)")
+
+
 def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:
     props: dict[str, str] = {}
     if path is not None:
         try:
             props.update(parse_properties(path.read_text()))
+        except PropertiesError as e:
+            raise ConfigError(f"{path}: {e}") from None
         except OSError as e:
             raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     for item in overrides:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -23,6 +24,7 @@ from broker.replication.state import truncation_offset
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import CHANNEL_OPTIONS
+from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
@@ -50,14 +52,15 @@ class FetcherSettings:
 
 class ReplicaFetcher:
     def __init__(self, settings: FetcherSettings, replica_manager: ReplicaManager, leader: pb.BrokerEndpoint,
-                 broker_epoch: int) -> None:
+                 broker_epoch: Callable[[], int], security: ChannelSecurity = PLAINTEXT_SECURITY) -> None:
         self.settings = settings
         self.rm = replica_manager
         self.leader = leader
         self.broker_epoch = broker_epoch
         self.states: dict[TopicPartition, FetchState] = {}
         self._wake = asyncio.Event()
-        self._channel = grpc.aio.insecure_channel(f"{leader.host}:{leader.port}", options=CHANNEL_OPTIONS)
+        # The leader's inter-broker listener, mutual TLS with this broker's certificate (S12.1).
+        self._channel = security.aio_channel(f"{leader.host}:{leader.port}", options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.KafkaApiStub(self._channel)  # type: ignore[no-untyped-call]
         self._task: asyncio.Task[None] | None = None
 
@@ -146,7 +149,7 @@ class ReplicaFetcher:
             return
         req = pb.FetchRequest(replica_id=self.settings.broker_id, max_wait_ms=self.settings.fetch_max_wait_ms,
                               min_bytes=self.settings.fetch_min_bytes, max_bytes=self.settings.fetch_max_bytes,
-                              replica_epoch=self.broker_epoch)
+                              replica_epoch=self.broker_epoch())
         for topic, parts in _by_topic(ready).items():
             ft = req.topics.add(name=topic)
             for part, s in parts:
@@ -200,13 +203,15 @@ class ReplicaFetcherManager(FetcherManagerProtocol):
         self.settings = settings
         self.rm = replica_manager
         self.broker_epoch = -1
+        self.security = PLAINTEXT_SECURITY
         self.fetchers: dict[tuple[int, str, int], ReplicaFetcher] = {}
 
     def add_partition(self, p: Partition, leader: pb.BrokerEndpoint) -> None:
         key = (leader.broker_id, leader.host, leader.port)
         f = self.fetchers.get(key)
         if f is None:
-            f = ReplicaFetcher(self.settings, self.rm, leader, self.broker_epoch)
+            # The epoch is read at every fetch: a re-registration (new ZooKeeper session) changes it.
+            f = ReplicaFetcher(self.settings, self.rm, leader, lambda: self.broker_epoch, self.security)
             self.fetchers[key] = f
             f.start()
         f.add(p)

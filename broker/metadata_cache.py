@@ -52,3 +52,8 @@ class MetadataCache:
 
     def endpoint(self, broker_id: int) -> pb.BrokerEndpoint | None:
         return self.brokers.get(broker_id)
+
+    def broker_epoch(self, broker_id: int) -> int | None:
+        """The broker's registration epoch as the controller last told (None: unknown)."""
+        b = self.brokers.get(broker_id)
+        return b.broker_epoch if b is not None and b.broker_epoch > 0 else None

@@ -25,6 +25,8 @@ from broker.observability import event
 from broker.purgatory import Purgatory
 from broker.replication.state import LeaderState, follower_high_watermark
 from broker.request_guard import ByteBudget, error_message, judge_partitions
+from broker.security.authorizer import CLUSTER, CLUSTER_NAME, TOPIC
+from broker.security.principal import LOCAL_CLIENT, RequestContext
 from controller.zk_client import KafkaZkClient
 from proto import errors
 from proto import minikafka_pb2 as pb
@@ -107,6 +109,8 @@ class ReplicaManager:
         self._producer_id_refresh: asyncio.Task[None] | None = None
         # Consumer fetches answered at once because the purgatory was full (throttled).
         self.fetches_not_parked = 0
+        # The authorizer's verdict (broker.security.gatekeeper.Gatekeeper.allowed); all allowed by default.
+        self.allowed: Callable[[RequestContext, str, str, str], bool] = lambda _c, _o, _t, _n: True
 
     # ------------------------------------------------------------ controller requests
 
@@ -249,11 +253,12 @@ class ReplicaManager:
                 f"broker {self.broker_id} is not the leader of {topic}-{partition} (leader {p.leader_id})")
         return p
 
-    async def handle_produce(self, req: pb.ProduceRequest) -> pb.ProduceResponse:
+    async def handle_produce(self, req: pb.ProduceRequest, ctx: RequestContext = LOCAL_CLIENT) -> pb.ProduceResponse:
         acks = req.acks
         resp = pb.ProduceResponse()
         entries = [(td.name, pd.partition) for td in req.topics for pd in td.partitions]
-        verdicts = iter(judge_partitions(entries, self.settings.max_request_partitions))
+        verdicts = iter(self._authorize(judge_partitions(entries, self.settings.max_request_partitions), entries,
+                                        ctx, "Write"))
         nbytes = sum(len(pd.records) for td in req.topics for pd in td.partitions)
         timeout_ms = min(max(req.timeout_ms, 0), self.settings.max_wait_ms)
         if not await self.produce_bytes.acquire(nbytes, timeout_ms / 1000.0):
@@ -385,17 +390,30 @@ class ReplicaManager:
 
     # ------------------------------------------------------------ fetch
 
-    async def handle_fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
+    async def handle_fetch(self, req: pb.FetchRequest, ctx: RequestContext = LOCAL_CLIENT) -> pb.FetchResponse:
         follower = req.replica_id >= 0
         entries = [(t.name, fp.partition) for t in req.topics for fp in t.partitions]
         limit = 1 << 31 if follower else self.settings.max_request_partitions
         verdicts = judge_partitions(entries, limit)
         if req.replica_id == DEBUGGING_REPLICA_ID:
+            if not self.allowed(ctx, "Describe", CLUSTER, CLUSTER_NAME):
+                raise errors.ClusterAuthorizationFailedError(f"{ctx.principal} may not read replicas directly")
             return self._read_any_replica(req, verdicts)
         if req.replica_id < -1:
             raise errors.InvalidRequestError(f"replica id {req.replica_id} is neither a consumer (-1) nor a broker")
         if follower:
+            # S12.1: a follower fetch comes from the authenticated broker it names, on the inter-broker
+            # listener, from its current incarnation (S12.2: no epoch value skips the check).
+            if not ctx.inter_broker or ctx.broker_id != req.replica_id:
+                raise errors.ClusterAuthorizationFailedError(
+                    f"{ctx.principal} on {ctx.listener or 'this listener'} may not fetch as replica {req.replica_id}")
+            known = self.metadata.broker_epoch(req.replica_id)
+            if known is not None and req.replica_epoch < known:
+                raise errors.StaleBrokerEpochError(
+                    f"replica {req.replica_id} fetches with broker epoch {req.replica_epoch}, current is {known}")
             self._record_follower_fetch(req, verdicts)
+        else:
+            verdicts = self._authorize(verdicts, entries, ctx, "Read")
         min_bytes = max(1, req.min_bytes)
         max_wait_ms = min(max(0, req.max_wait_ms), self.settings.max_wait_ms)
 
@@ -418,6 +436,21 @@ class ReplicaManager:
 
         await self.fetch_purgatory.wait_until(tps, ready, max_wait_ms / 1000.0)
         return self._read_fetch(req, follower, verdicts)[0]
+
+    def _authorize(self, verdicts: list[pb.ErrorCode], entries: list[tuple[str, int]], ctx: RequestContext,
+                   operation: str) -> list[pb.ErrorCode]:
+        """TOPIC_AUTHORIZATION_FAILED for the entries whose topic ``ctx`` may not ``operation``."""
+        decided: dict[str, bool] = {}
+        out = []
+        for (topic, _p), v in zip(entries, verdicts, strict=True):
+            if v == E.NONE:
+                ok = decided.get(topic)
+                if ok is None:
+                    ok = decided[topic] = self.allowed(ctx, operation, TOPIC, topic)
+                if not ok:
+                    v = E.TOPIC_AUTHORIZATION_FAILED
+            out.append(v)
+        return out
 
     def _fetch_may_answer(self, req: pb.FetchRequest, follower: bool, verdicts: list[pb.ErrorCode]) -> bool:
         """Has any requested partition data beyond the fetch offset, or a reason to answer now?"""
@@ -570,10 +603,14 @@ class ReplicaManager:
 
     # ------------------------------------------------------------ offsets
 
-    def handle_list_offsets(self, req: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+    def handle_list_offsets(self, req: pb.ListOffsetsRequest,
+                            ctx: RequestContext = LOCAL_CLIENT) -> pb.ListOffsetsResponse:
         resp = pb.ListOffsetsResponse()
-        verdicts = iter(judge_partitions([(t.name, lp.partition) for t in req.topics for lp in t.partitions],
-                                         self.settings.max_request_partitions))
+        entries = [(t.name, lp.partition) for t in req.topics for lp in t.partitions]
+        verdicts = iter(self._authorize(judge_partitions(entries, self.settings.max_request_partitions), entries,
+                                        ctx, "Describe"))
+        # Only a broker sees offsets up to the LEO; anyone else asking as a replica is a consumer.
+        as_replica = req.replica_id >= 0 and ctx.inter_broker
         for td in req.topics:
             tr = resp.topics.add(name=td.name)
             for lp in td.partitions:
@@ -586,7 +623,7 @@ class ReplicaManager:
                     p = self._leader_partition(td.name, lp.partition)
                     self._check_leader_epoch(p, _epoch_of(lp))
                     lg = p.log
-                    bound = lg.log_end_offset if req.replica_id >= 0 else lg.high_watermark
+                    bound = lg.log_end_offset if as_replica else lg.high_watermark
                     pr.leader_epoch = p.leader_epoch
                     if lp.timestamp == -2:
                         pr.offset = lg.log_start_offset
@@ -602,13 +639,13 @@ class ReplicaManager:
                     pr.error_code = e.wire_code
         return resp
 
-    def handle_offsets_for_leader_epoch(self, req: pb.OffsetsForLeaderEpochRequest) \
-            -> pb.OffsetsForLeaderEpochResponse:
+    def handle_offsets_for_leader_epoch(self, req: pb.OffsetsForLeaderEpochRequest,
+                                        ctx: RequestContext = LOCAL_CLIENT) -> pb.OffsetsForLeaderEpochResponse:
         """S8.3 on the leader: LEO for its current epoch, else where the next epoch starts."""
         resp = pb.OffsetsForLeaderEpochResponse()
-        limit = 1 << 31 if req.replica_id >= 0 else self.settings.max_request_partitions
-        verdicts = iter(judge_partitions([(t.topic, op.partition) for t in req.topics for op in t.partitions],
-                                         limit))
+        limit = 1 << 31 if ctx.inter_broker else self.settings.max_request_partitions
+        entries = [(t.topic, op.partition) for t in req.topics for op in t.partitions]
+        verdicts = iter(self._authorize(judge_partitions(entries, limit), entries, ctx, "Describe"))
         for td in req.topics:
             tr = resp.topics.add(topic=td.topic)
             for op in td.partitions:

@@ -117,6 +117,25 @@ def error_response(api: str, request: Any, code: int) -> Any:
         return pb.InitProducerIdResponse(error_code=c, producer_id=-1, producer_epoch=-1)
     if api == "DescribeReplicas":
         return pb.DescribeReplicasResponse(broker_id=-1)
+    if api == "ElectLeaders":
+        return pb.ElectLeadersResponse(error_code=c, results=[pb.PartitionResult(
+            topic_name=p.topic_name, partition_index=p.partition_index, error_code=c) for p in request.partitions])
+    if api == "AlterPartitionReassignments":
+        return pb.AlterPartitionReassignmentsResponse(error_code=c, results=[pb.PartitionResult(
+            topic_name=p.topic_name, partition_index=p.partition_index, error_code=c) for p in request.partitions])
+    if api == "ListPartitionReassignments":
+        return pb.ListPartitionReassignmentsResponse(error_code=c)
+    if api == "CreateAcls":
+        return pb.CreateAclsResponse(results=[pb.AclResult(error_code=c) for _ in request.creations])
+    if api == "DescribeAcls":
+        return pb.DescribeAclsResponse(error_code=c)
+    if api == "DeleteAcls":
+        return pb.DeleteAclsResponse(filter_results=[pb.DeleteAclsFilterResult(error_code=c) for _ in request.filters])
+    if api == "AlterUserScramCredentials":
+        return pb.AlterUserScramCredentialsResponse(results=[
+            pb.UserResult(user=u.name, error_code=c) for u in [*request.deletions, *request.upsertions]])
+    if api == "DescribeUserScramCredentials":
+        return pb.DescribeUserScramCredentialsResponse(error_code=c)
     if api == "LeaderAndIsr":
         return pb.LeaderAndIsrResponse(error_code=c)
     if api == "UpdateMetadata":

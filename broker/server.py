@@ -3,7 +3,14 @@
 Start-up order matters and follows Kafka: recover the logs, connect to
 ZooKeeper, start serving gRPC, *then* register the ephemeral
 /brokers/ids/[id] znode (so the controller never sends requests to a broker
-that cannot answer), then start the controller component. SIGTERM is a
+that cannot answer), then start the controller component.
+
+Every listener is its own gRPC server (SPEC S12.1): client listeners serve
+KafkaApi (follower fetches refused there); the inter-broker listener serves
+follower fetches and the control-plane listener BrokerControl and
+ControllerApi, both with mutual TLS and to broker certificates only
+(``broker.security.gatekeeper``). Each call is authenticated first, and every
+handler receives its ``RequestContext`` for authorization. SIGTERM is a
 controlled shutdown: leaderships move away first, then everything is
 checkpointed and the clean-shutdown marker written. SIGKILL is survived
 through the ZooKeeper session expiry and log recovery.
@@ -33,13 +40,17 @@ from broker.metadata_cache import MetadataCache
 from broker.observability import BrokerMetrics, EventBuffer
 from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
 from broker.request_guard import error_response, judge_names
+from broker.security.authorizer import TOPIC, Acl, Resource
+from broker.security.gatekeeper import Gatekeeper, ListenerRole
+from broker.security.principal import RequestContext
 from controller.controller import ControllerSettings, KafkaController
-from controller.zk_client import BrokerIdInUseError, KafkaZkClient
+from controller.zk_client import BrokerIdInUseError, KafkaZkClient, read_digest
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import SERVER_OPTIONS
-from proto.zk_data import BrokerRegistration, ConfigChangesZNode
+from proto.scram import MECHANISM, ScramCredential
+from proto.zk_data import AclChangesZNode, BrokerRegistration, ConfigChangesZNode, Endpoint
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
@@ -63,6 +74,10 @@ class KafkaServer:
         self.metadata = MetadataCache()
         self.broker_epoch = -1
         self.port = -1
+        # Bound port of every listener (a configured port 0 is picked by the OS).
+        self.ports: dict[str, int] = {}
+        self.gate = Gatekeeper(config)
+        self._seen_acl_changes: set[str] = set()
         self.cluster_id = ""
         self._topic_configs: dict[str, LogConfig] = {}
         self._stopping = False
@@ -85,7 +100,8 @@ class KafkaServer:
         log.info("broker %d: loaded %d logs in %.2fs (clean shutdown: %s)", self.broker_id, len(self.log_manager),
                  time.monotonic() - t0, all(self.log_manager.had_clean_shutdown.values()))
 
-        self.zk = KafkaZkClient(cfg.zookeeper_connect, cfg.session_timeout_ms, cfg.connection_timeout_ms)
+        self.zk = KafkaZkClient(cfg.zookeeper_connect, cfg.session_timeout_ms, cfg.connection_timeout_ms,
+                                digest=read_digest(cfg.zookeeper_digest_auth_file) if cfg.zookeeper_set_acl else None)
         await asyncio.to_thread(self.zk.start)
         await asyncio.to_thread(self.zk.ensure_persistent_paths)
         self.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id, uuid.uuid4().hex[:22])
@@ -102,7 +118,9 @@ class KafkaServer:
                             cfg.replica_fetch_max_bytes, cfg.replica_fetch_backoff_ms, cfg.request_timeout_ms),
             self.replica_manager)
         self.replica_manager.fetcher_manager = self.fetcher_manager
-        self.admin = AdminManager(cfg, self.zk, self.metadata, self.topic_config)
+        self.replica_manager.allowed = self.gate.allowed
+        self.fetcher_manager.security = self.gate.broker_channel_security()
+        self.admin = AdminManager(cfg, self.zk, self.metadata, self.topic_config, self.gate)
         self.controller = KafkaController(ControllerSettings(
             broker_id=self.broker_id,
             delete_topic_enable=cfg.delete_topic_enable,
@@ -110,37 +128,53 @@ class KafkaServer:
             auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
             leader_imbalance_per_broker_percentage=cfg.leader_imbalance_per_broker_percentage,
             leader_imbalance_check_interval_seconds=cfg.leader_imbalance_check_interval_seconds,
-            request_timeout_ms=min(cfg.controller_socket_timeout_ms, cfg.request_timeout_ms)), self.zk)
+            request_timeout_ms=min(cfg.controller_socket_timeout_ms, cfg.request_timeout_ms),
+            control_plane_listener=cfg.control_plane_listener.name,
+            channel_security=self.gate.broker_channel_security()), self.zk)
 
         self.metrics = BrokerMetrics(self)
         if cfg.metrics_port >= 0:
             port = self.metrics.serve(cfg.metrics_host, cfg.metrics_port)
             log.info("broker %d: metrics on http://%s:%d/metrics", self.broker_id, cfg.metrics_host, port)
 
-        self.grpc_server = grpc.aio.server(options=server_options(cfg),
-                                           maximum_concurrent_rpcs=cfg.queued_max_requests)
-        # Health (NOT_SERVING until the logs are recovered and the broker is registered) and reflection,
-        # so that grpcurl and container health checks work without our .proto files.
+        await asyncio.to_thread(self._load_security_state)
+        # Health (NOT_SERVING until the logs are recovered and the broker is registered) and reflection
+        # of the client services, so that grpcurl and container health checks work without our .proto.
         self.health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        reflection.enable_server_reflection([
-            pb.DESCRIPTOR.services_by_name[name].full_name for name in ("KafkaApi", "BrokerControl", "ControllerApi")
-        ] + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], self.grpc_server)
-        pb_grpc.add_KafkaApiServicer_to_server(KafkaApiServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
-        pb_grpc.add_BrokerControlServicer_to_server(BrokerControlServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
-        pb_grpc.add_ControllerApiServicer_to_server(ControllerApiServicer(self), self.grpc_server)  # type: ignore[no-untyped-call]
-        host, port = cfg.listener
-        self.port = self.grpc_server.add_insecure_port(f"{host}:{port}")
-        if self.port == 0:
-            raise OSError(f"cannot listen on {host}:{port}")
-        await self.grpc_server.start()
+        self.grpc_servers: list[grpc.aio.Server] = []
+        for role in self.gate.roles():
+            server = grpc.aio.server(options=server_options(cfg), maximum_concurrent_rpcs=cfg.queued_max_requests)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            services = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
+            pb_grpc.add_KafkaApiServicer_to_server(KafkaApiServicer(self, role), server)  # type: ignore[no-untyped-call]
+            if not role.inter_broker:
+                services.append(pb.DESCRIPTOR.services_by_name["KafkaApi"].full_name)
+            # On every listener, so that a call anywhere but the control plane gets a typed refusal
+            # (CLUSTER_AUTHORIZATION_FAILED) rather than gRPC's UNIMPLEMENTED.
+            pb_grpc.add_BrokerControlServicer_to_server(BrokerControlServicer(self, role), server)  # type: ignore[no-untyped-call]
+            pb_grpc.add_ControllerApiServicer_to_server(ControllerApiServicer(self, role), server)  # type: ignore[no-untyped-call]
+            if cfg.grpc_reflection_enable and not role.inter_broker:
+                reflection.enable_server_reflection([*services, reflection.SERVICE_NAME], server)
+            x = role.listener
+            creds = self.gate.server_credentials(role)
+            address = f"{x.host}:{x.port}"
+            port = server.add_insecure_port(address) if creds is None else server.add_secure_port(address, creds)
+            if port == 0:
+                raise OSError(f"cannot listen on {address} ({x.name})")
+            self.ports[x.name] = port
+            await server.start()
+            self.grpc_servers.append(server)
+        self.port = self.ports[next(r.listener.name for r in self.gate.roles() if not r.inter_broker)
+                               if any(not r.inter_broker for r in self.gate.roles())
+                               else cfg.inter_broker_listener.name]
 
         await self._register()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self.zk.add_state_listener(self._on_zk_state)
         self.controller.start()
         self.zk.zk.ChildrenWatch(ConfigChangesZNode.PATH, self._on_config_changes_watch)
+        self.zk.zk.ChildrenWatch(AclChangesZNode.PATH, self._on_acl_changes_watch)
 
         self._every(cfg.replica_lag_time_max_ms / 2000.0, self.replica_manager.maybe_shrink_isr)
         self._every(cfg.replica_high_watermark_checkpoint_interval_ms / 1000.0,
@@ -148,14 +182,21 @@ class KafkaServer:
         self._every(cfg.log_retention_check_interval_ms / 1000.0, self._cleanup_logs)
         self._every(cfg.log_flush_scheduler_interval_ms / 1000.0, lambda: self.log_manager.flush_dirty_logs(now_ms()))
         self._every(cfg.log_flush_offset_checkpoint_interval_ms / 1000.0, self._checkpoint_offsets)
-        log.info("broker %d started on %s:%d (cluster %s, broker epoch %d)", self.broker_id, *cfg.advertised[:1],
-                 self.port, self.cluster_id, self.broker_epoch)
+        log.info("broker %d started on %s (cluster %s, broker epoch %d)", self.broker_id,
+                 ", ".join(f"{x.name}://{x.host}:{self.ports[x.name]} ({x.security_protocol})"
+                           for x in cfg.listener_list), self.cluster_id, self.broker_epoch)
+
+    def advertised_endpoints(self) -> tuple[Endpoint, ...]:
+        """What this broker registers: advertised listeners, with the bound port where it was 0."""
+        return tuple(Endpoint(x.name, x.host, x.port or self.ports.get(x.name, 0), x.security_protocol)
+                     for x in self.config.advertised_listener_list)
 
     async def _register(self) -> None:
-        host = self.config.advertised[0]
-        if host in ("0.0.0.0", ""):
-            host = "127.0.0.1"
-        reg = BrokerRegistration(self.broker_id, host, self.port, now_ms(), self.config.broker_rack or None)
+        endpoints = self.advertised_endpoints()
+        inter = self.config.inter_broker_listener.name
+        ib = next(e for e in endpoints if e.name == inter)
+        reg = BrokerRegistration(self.broker_id, ib.host, ib.port, now_ms(), self.config.broker_rack or None,
+                                 endpoints=endpoints, inter_broker_listener=inter)
         # A znode left by our own previous incarnation (kill -9, quick restart) goes away when its
         # session expires: wait that long before concluding that a live broker holds the id.
         deadline = time.monotonic() + self.config.session_timeout_ms / 1000.0 + 2.0
@@ -243,35 +284,85 @@ class KafkaServer:
             self._seen_config_changes.add(child)
             try:
                 data, _ = await asyncio.to_thread(self.zk.zk.get, f"{ConfigChangesZNode.PATH}/{child}")
-                topic = ConfigChangesZNode.decode(data)
+                kind, name = ConfigChangesZNode.decode_entity(data)
             except Exception:
                 continue
-            self._topic_configs.pop(topic, None)
-            if any(t == topic for (t, _p), _l in self.log_manager):
-                cfg = await asyncio.to_thread(self.topic_config, topic)
-                self.log_manager.update_config(topic, cfg)
-                log.info("topic %s: config reloaded", topic)
+            if kind == "users":
+                await asyncio.to_thread(self._load_user, name)
+                continue
+            self._topic_configs.pop(name, None)
+            if any(t == name for (t, _p), _l in self.log_manager):
+                cfg = await asyncio.to_thread(self.topic_config, name)
+                self.log_manager.update_config(name, cfg)
+                log.info("topic %s: config reloaded", name)
+
+    # ------------------------------------------------------------ security state (S12.3)
+
+    def _load_security_state(self) -> None:
+        """SCRAM credentials and ACLs, read once at start (ZooKeeper thread)."""
+        for name in self.zk.get_scram_users():
+            self._load_user(name)
+        if self.gate.authorizer is not None:
+            for resource_type, name in self.zk.get_acl_resources():
+                self._load_acls(resource_type, name)
+
+    def _load_user(self, name: str) -> None:
+        text = self.zk.get_user_config(name).get(MECHANISM)
+        try:
+            self.gate.credentials.set(name, ScramCredential.decode(text) if text else None)
+        except ValueError as e:
+            log.warning("user %s: ignoring a bad SCRAM credential: %s", name, e)
+            self.gate.credentials.set(name, None)
+
+    def _load_acls(self, resource_type: str, name: str) -> None:
+        if self.gate.authorizer is None:
+            return
+        entries = self.zk.get_acls(resource_type, name)
+        self.gate.authorizer.set_acls(Resource(resource_type, name), [Acl(*e) for e in entries])
+
+    def _on_acl_changes_watch(self, children: list[str]) -> None:
+        self.loop.call_soon_threadsafe(lambda: self._spawn(self._reload_acls(children)))
+
+    async def _reload_acls(self, children: list[str]) -> None:
+        for child in sorted(set(children) - self._seen_acl_changes):
+            self._seen_acl_changes.add(child)
+            try:
+                data, _ = await asyncio.to_thread(self.zk.zk.get, f"{AclChangesZNode.PATH}/{child}")
+                resource_type, name = AclChangesZNode.decode(data)
+                await asyncio.to_thread(self._load_acls, resource_type, name)
+            except Exception as e:
+                log.debug("ACL change %s: %s", child, e)
 
     # ------------------------------------------------------------ requests answered here
 
-    async def handle_metadata(self, req: pb.MetadataRequest) -> pb.MetadataResponse:
+    async def handle_metadata(self, req: pb.MetadataRequest, ctx: RequestContext) -> pb.MetadataResponse:
         md = self.metadata
         resp = pb.MetadataResponse(cluster_id=self.cluster_id, controller_id=md.controller_id,
                                    controller_epoch=md.controller_epoch)
-        brokers = list(md.brokers.values())
+        brokers = [b for b in (self._endpoint_on(b, ctx.listener) for b in md.brokers.values()) if b is not None]
         if not brokers and self.registered.is_set():
-            brokers = [pb.BrokerEndpoint(broker_id=self.broker_id, host=self.config.advertised[0], port=self.port)]
+            own = next((e for e in self.advertised_endpoints() if e.name == ctx.listener), None)
+            if own is not None:
+                brokers = [pb.BrokerEndpoint(broker_id=self.broker_id, host=own.host, port=own.port)]
         resp.brokers.extend(sorted(brokers, key=lambda b: b.broker_id))
-        names = md.topics() if req.all_topics else list(req.topics)
-        verdicts = [E.NONE] * len(names) if req.all_topics else judge_names(names, self.config.max_request_partitions)
+        gate = self.gate
+        if req.all_topics:
+            names = [t for t in md.topics() if gate.allowed(ctx, "Describe", TOPIC, t)]
+            verdicts = [E.NONE] * len(names)
+        else:
+            names = list(req.topics)
+            verdicts = judge_names(names, self.config.max_request_partitions)
         for name, verdict in zip(names, verdicts, strict=True):
             tm = resp.topics.add(name=name)
+            if verdict == E.NONE and not gate.allowed(ctx, "Describe", TOPIC, name):
+                verdict = E.TOPIC_AUTHORIZATION_FAILED
             if verdict != E.NONE:
                 tm.error_code = verdict
                 continue
             parts = md.partitions.get(name)
             if parts is None:
-                if self.config.auto_create_topics_enable and req.allow_auto_topic_creation and not req.all_topics:
+                may_create = gate.cluster_allowed(ctx, "Create") or gate.allowed(ctx, "Create", TOPIC, name)
+                if self.config.auto_create_topics_enable and req.allow_auto_topic_creation and may_create:
                     await self.admin.auto_create(name)
                     tm.error_code = E.LEADER_NOT_AVAILABLE
                 else:
@@ -283,7 +374,19 @@ class KafkaServer:
                                   isr=info.isr, offline_replicas=info.offline_replicas)
         return resp
 
-    def handle_describe_replicas(self, req: pb.DescribeReplicasRequest) -> pb.DescribeReplicasResponse:
+    @staticmethod
+    def _endpoint_on(b: pb.BrokerEndpoint, listener: str) -> pb.BrokerEndpoint | None:
+        """Broker ``b`` as a client on ``listener`` reaches it (Kafka answers with the listener the
+        request came in on); None when ``b`` has no such listener."""
+        for x in b.listeners:
+            if x.name == listener:
+                return pb.BrokerEndpoint(broker_id=b.broker_id, host=x.host, port=x.port, rack=b.rack)
+        return None if b.listeners else b
+
+    def handle_describe_replicas(self, req: pb.DescribeReplicasRequest,
+                                 ctx: RequestContext) -> pb.DescribeReplicasResponse:
+        if not self.gate.cluster_allowed(ctx, "Describe"):
+            raise errors.ClusterAuthorizationFailedError(f"{ctx.principal} may not describe the cluster")
         rm = self.replica_manager
         t = now_ms()
         resp = pb.DescribeReplicasResponse(broker_id=self.broker_id, is_controller=self.controller.active,
@@ -307,7 +410,11 @@ class KafkaServer:
                             partition=ev.partition, detail=ev.detail)
         return resp
 
-    async def handle_controlled_shutdown(self, req: pb.ControlledShutdownRequest) -> pb.ControlledShutdownResponse:
+    async def handle_controlled_shutdown(self, req: pb.ControlledShutdownRequest,
+                                         ctx: RequestContext) -> pb.ControlledShutdownResponse:
+        if ctx.broker_id != req.broker_id:
+            raise errors.ClusterAuthorizationFailedError(
+                f"{ctx.principal} may not ask for the controlled shutdown of broker {req.broker_id}")
         fut = self.controller.submit_controlled_shutdown(req.broker_id, req.broker_epoch)
         return await asyncio.wrap_future(fut)
 
@@ -325,7 +432,9 @@ class KafkaServer:
                     else None
                 if reg is None:
                     raise errors.NotControllerError("no controller")
-                async with grpc.aio.insecure_channel(reg.address) as ch:
+                control = reg.endpoint(cfg.control_plane_listener.name)
+                address = control.address if control is not None else reg.address
+                async with self.gate.broker_channel_security().aio_channel(address) as ch:
                     stub = pb_grpc.ControllerApiStub(ch)  # type: ignore[no-untyped-call]
                     resp = await stub.ControlledShutdown(
                         pb.ControlledShutdownRequest(broker_id=self.broker_id, broker_epoch=self.broker_epoch),
@@ -357,7 +466,8 @@ class KafkaServer:
             t.cancel()
         await asyncio.to_thread(self.controller.shutdown)
         await self.fetcher_manager.shutdown()
-        await self.grpc_server.stop(grace=0.5)
+        for server in self.grpc_servers:
+            await server.stop(grace=0.5)
         self.replica_manager.checkpoint_high_watermarks()
         await asyncio.to_thread(self.log_manager.shutdown)
         await asyncio.to_thread(self.zk.stop)
@@ -380,13 +490,27 @@ def _partition_errors(resp: Any) -> list[int]:
 
 
 class KafkaApiServicer(pb_grpc.KafkaApiServicer):
-    def __init__(self, server: KafkaServer) -> None:
-        self.s = server
+    """KafkaApi on one listener: authenticate, then hand the request and its context to a handler."""
 
-    async def _measured(self, api: str, call: Awaitable[R], request: Any) -> R:
+    def __init__(self, server: KafkaServer, role: ListenerRole) -> None:
+        self.s = server
+        self.role = role
+
+    async def _serve(self, api: str, request: Any, context: Any,
+                     handler: Callable[[Any, RequestContext], Awaitable[Any]]) -> Any:
+        try:
+            ctx = self.s.gate.authenticate(self.role, context)
+        except errors.KafkaError as e:
+            log.info("%s refused on %s from %s: %s", api, self.role.listener.name, context.peer(), e)
+            self.s.metrics.requests.errors.labels(api, e.name).inc()
+            if isinstance(e, errors.SaslAuthenticationFailedError | errors.UnsupportedSaslMechanismError):
+                # Authentication fails the call itself, as a failed SASL handshake fails Kafka's
+                # connection: the client sees UNAUTHENTICATED carrying the typed error.
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
+            return error_response(api, request, e.code)
         m = self.s.metrics.requests
         start = time.perf_counter()
-        resp = await answer_typed(api, call, request)
+        resp = await answer_typed(api, handler(request, ctx), request)
         m.latency.labels(api).observe(time.perf_counter() - start)
         m.requests.labels(api).inc()
         for code in _partition_errors(resp):
@@ -394,50 +518,88 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
         return resp
 
     async def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
-        return await self._measured("Metadata", self.s.handle_metadata(request), request)
+        return await self._serve("Metadata", request, context, self.s.handle_metadata)  # type: ignore[no-any-return]
 
     async def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
         self.s.metrics.requests.bytes_in.inc(sum(len(p.records) for t in request.topics for p in t.partitions))
-        return await self._measured("Produce", self.s.replica_manager.handle_produce(request), request)
+        return await self._serve("Produce", request, context,  # type: ignore[no-any-return]
+                                 self.s.replica_manager.handle_produce)
 
     async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
-        resp = await self._measured("Fetch" if request.replica_id < 0 else "FollowerFetch",
-                                    self.s.replica_manager.handle_fetch(request), request)
+        resp: pb.FetchResponse = await self._serve("Fetch" if request.replica_id < 0 else "FollowerFetch", request,
+                                                   context, self.s.replica_manager.handle_fetch)
         self.s.metrics.requests.bytes_out.inc(sum(len(p.records) for t in resp.topics for p in t.partitions))
         return resp
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
-        return await self._measured("ListOffsets", _call(self.s.replica_manager.handle_list_offsets, request),
-                                    request)
+        return await self._serve("ListOffsets", request, context,  # type: ignore[no-any-return]
+                                 _sync(self.s.replica_manager.handle_list_offsets))
 
     async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
                                     context: Any) -> pb.OffsetsForLeaderEpochResponse:
-        return await self._measured("OffsetsForLeaderEpoch",
-                                    _call(self.s.replica_manager.handle_offsets_for_leader_epoch, request), request)
+        return await self._serve("OffsetsForLeaderEpoch", request, context,  # type: ignore[no-any-return]
+                                 _sync(self.s.replica_manager.handle_offsets_for_leader_epoch))
 
     async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Any) -> pb.CreateTopicsResponse:
-        return await self._measured("CreateTopics", self.s.admin.create_topics(request), request)
+        return await self._serve("CreateTopics", request, context, self.s.admin.create_topics)  # type: ignore[no-any-return]
 
     async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Any) -> pb.DeleteTopicsResponse:
-        return await self._measured("DeleteTopics", self.s.admin.delete_topics(request), request)
+        return await self._serve("DeleteTopics", request, context, self.s.admin.delete_topics)  # type: ignore[no-any-return]
 
     async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> pb.DescribeConfigsResponse:
-        return await self._measured("DescribeConfigs", self.s.admin.describe_configs(request), request)
+        return await self._serve("DescribeConfigs", request, context,  # type: ignore[no-any-return]
+                                 self.s.admin.describe_configs)
 
     async def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Any) -> pb.AlterConfigsResponse:
-        return await self._measured("AlterConfigs", self.s.admin.alter_configs(request), request)
+        return await self._serve("AlterConfigs", request, context, self.s.admin.alter_configs)  # type: ignore[no-any-return]
 
     async def InitProducerId(self, request: pb.InitProducerIdRequest, context: Any) -> pb.InitProducerIdResponse:
-        return await self._measured("InitProducerId", self.s.admin.init_producer_id(request), request)
+        return await self._serve("InitProducerId", request, context,  # type: ignore[no-any-return]
+                                 self.s.admin.init_producer_id)
 
     async def DescribeReplicas(self, request: pb.DescribeReplicasRequest,
                                context: Any) -> pb.DescribeReplicasResponse:
-        return await self._measured("DescribeReplicas", _call(self.s.handle_describe_replicas, request), request)
+        return await self._serve("DescribeReplicas", request, context,  # type: ignore[no-any-return]
+                                 _sync(self.s.handle_describe_replicas))
+
+    async def ElectLeaders(self, request: pb.ElectLeadersRequest, context: Any) -> pb.ElectLeadersResponse:
+        return await self._serve("ElectLeaders", request, context, self.s.admin.elect_leaders)  # type: ignore[no-any-return]
+
+    async def AlterPartitionReassignments(self, request: pb.AlterPartitionReassignmentsRequest,
+                                          context: Any) -> pb.AlterPartitionReassignmentsResponse:
+        return await self._serve("AlterPartitionReassignments", request, context,  # type: ignore[no-any-return]
+                                 self.s.admin.alter_partition_reassignments)
+
+    async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
+                                         context: Any) -> pb.ListPartitionReassignmentsResponse:
+        return await self._serve("ListPartitionReassignments", request, context,  # type: ignore[no-any-return]
+                                 self.s.admin.list_partition_reassignments)
+
+    async def CreateAcls(self, request: pb.CreateAclsRequest, context: Any) -> pb.CreateAclsResponse:
+        return await self._serve("CreateAcls", request, context, self.s.admin.create_acls)  # type: ignore[no-any-return]
+
+    async def DescribeAcls(self, request: pb.DescribeAclsRequest, context: Any) -> pb.DescribeAclsResponse:
+        return await self._serve("DescribeAcls", request, context, self.s.admin.describe_acls)  # type: ignore[no-any-return]
+
+    async def DeleteAcls(self, request: pb.DeleteAclsRequest, context: Any) -> pb.DeleteAclsResponse:
+        return await self._serve("DeleteAcls", request, context, self.s.admin.delete_acls)  # type: ignore[no-any-return]
+
+    async def AlterUserScramCredentials(self, request: pb.AlterUserScramCredentialsRequest,
+                                        context: Any) -> pb.AlterUserScramCredentialsResponse:
+        return await self._serve("AlterUserScramCredentials", request, context,  # type: ignore[no-any-return]
+                                 self.s.admin.alter_user_scram_credentials)
+
+    async def DescribeUserScramCredentials(self, request: pb.DescribeUserScramCredentialsRequest,
+                                           context: Any) -> pb.DescribeUserScramCredentialsResponse:
+        return await self._serve("DescribeUserScramCredentials", request, context,  # type: ignore[no-any-return]
+                                 self.s.admin.describe_user_scram_credentials)
 
 
-async def _call(handler: Callable[[Q], R], request: Q) -> R:
+def _sync(handler: Callable[[Q, RequestContext], R]) -> Callable[[Q, RequestContext], Awaitable[R]]:
     """Await-able wrapper for handlers that answer synchronously (called inside answer_typed)."""
-    return handler(request)
+    async def call(request: Q, ctx: RequestContext) -> R:
+        return handler(request, ctx)
+    return call
 
 
 async def answer_typed(api: str, call: Awaitable[R], request: Any) -> R:
@@ -458,32 +620,74 @@ async def answer_typed(api: str, call: Awaitable[R], request: Any) -> R:
 
 
 class BrokerControlServicer(pb_grpc.BrokerControlServicer):
-    def __init__(self, server: KafkaServer) -> None:
+    """What the controller sends (SPEC S12.1): only on the control-plane listener, only from the broker
+    that is the controller, fenced by this broker's epoch (no value skips the check, S12.2) and by
+    the controller epoch (a higher one than ever seen must be ZooKeeper's)."""
+
+    def __init__(self, server: KafkaServer, role: ListenerRole) -> None:
         self.s = server
+        self.role = role
+
+    async def _admit(self, api: str, request: Any, context: Any) -> int:
+        """NONE, or the error code to refuse ``request`` with."""
+        if not self.role.serves_control:
+            log.warning("%s from %s on the %s listener: refused (not the control plane)", api, context.peer(),
+                        self.role.listener.name)
+            return E.CLUSTER_AUTHORIZATION_FAILED
+        try:
+            ctx = self.s.gate.authenticate(self.role, context)
+        except errors.KafkaError as e:
+            return e.code
+        if ctx.broker_id != request.controller_id:
+            log.warning("%s from %s claims controller %d: refused", api, ctx.principal, request.controller_id)
+            return E.CLUSTER_AUTHORIZATION_FAILED
+        if request.broker_epoch != self.s.broker_epoch:
+            return E.STALE_BROKER_EPOCH
+        if request.controller_epoch > self.s.replica_manager.controller_epoch:
+            current = await asyncio.to_thread(self.s.zk.get_controller_epoch)
+            if current is None or request.controller_epoch > current[0]:
+                log.warning("%s claims controller epoch %d beyond ZooKeeper's %s: refused", api,
+                            request.controller_epoch, current[0] if current else None)
+                return E.STALE_CONTROLLER_EPOCH
+        return E.NONE
 
     async def LeaderAndIsr(self, request: pb.LeaderAndIsrRequest, context: Any) -> pb.LeaderAndIsrResponse:
-        if request.broker_epoch >= 0 and request.broker_epoch < self.s.broker_epoch:
-            return pb.LeaderAndIsrResponse(error_code=E.STALE_BROKER_EPOCH)
+        code = await self._admit("LeaderAndIsr", request, context)
+        if code != E.NONE:
+            return pb.LeaderAndIsrResponse(error_code=errors.wire_code(code))
         return await answer_typed("LeaderAndIsr", _call(self.s.replica_manager.handle_leader_and_isr, request),
                                   request)
 
     async def UpdateMetadata(self, request: pb.UpdateMetadataRequest, context: Any) -> pb.UpdateMetadataResponse:
-        if request.broker_epoch >= 0 and request.broker_epoch < self.s.broker_epoch:
-            return pb.UpdateMetadataResponse(error_code=E.STALE_BROKER_EPOCH)
+        code = await self._admit("UpdateMetadata", request, context)
+        if code != E.NONE:
+            return pb.UpdateMetadataResponse(error_code=errors.wire_code(code))
         return await answer_typed("UpdateMetadata", _call(self.s.replica_manager.handle_update_metadata, request),
                                   request)
 
     async def StopReplica(self, request: pb.StopReplicaRequest, context: Any) -> pb.StopReplicaResponse:
-        if request.broker_epoch >= 0 and request.broker_epoch < self.s.broker_epoch:
-            return pb.StopReplicaResponse(error_code=E.STALE_BROKER_EPOCH)
+        code = await self._admit("StopReplica", request, context)
+        if code != E.NONE:
+            return pb.StopReplicaResponse(error_code=errors.wire_code(code))
         return await answer_typed("StopReplica", _call(self.s.replica_manager.handle_stop_replica, request),
                                   request)
 
 
+async def _call(handler: Callable[[Q], R], request: Q) -> R:
+    return handler(request)
+
+
 class ControllerApiServicer(pb_grpc.ControllerApiServicer):
-    def __init__(self, server: KafkaServer) -> None:
+    def __init__(self, server: KafkaServer, role: ListenerRole) -> None:
         self.s = server
+        self.role = role
 
     async def ControlledShutdown(self, request: pb.ControlledShutdownRequest,
                                  context: Any) -> pb.ControlledShutdownResponse:
-        return await answer_typed("ControlledShutdown", self.s.handle_controlled_shutdown(request), request)
+        if not self.role.serves_control:
+            return pb.ControlledShutdownResponse(error_code=E.CLUSTER_AUTHORIZATION_FAILED)
+        try:
+            ctx = self.s.gate.authenticate(self.role, context)
+        except errors.KafkaError as e:
+            return pb.ControlledShutdownResponse(error_code=e.wire_code)
+        return await answer_typed("ControlledShutdown", self.s.handle_controlled_shutdown(request, ctx), request)

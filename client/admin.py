@@ -15,17 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from client.connection import ClusterView, raise_for
 from client.consumer import TopicPartition
 from proto import errors
 from proto import minikafka_pb2 as pb
+from proto.scram import MECHANISM, MIN_ITERATIONS, salt_password
+from proto.transport import ChannelSecurity, client_security
 from proto.zk_data import (
     ConsumersZNode,
-    PreferredReplicaElectionZNode,
-    ReassignPartitionsZNode,
-    TopicPartitionId,
 )
 
 E = pb.ErrorCode
@@ -70,8 +69,16 @@ class GroupPartition:
 
 class AdminClient:
     def __init__(self, bootstrap_servers: str | Sequence[str], zookeeper_connect: str | None = None,
-                 request_timeout_ms: int = 30000) -> None:
-        self.view = ClusterView(bootstrap_servers, timeout_s=request_timeout_ms / 1000.0)
+                 request_timeout_ms: int = 30000, *,
+                 security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
+                 sasl_mechanism: str = "SCRAM-SHA-256", sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None, security: ChannelSecurity | None = None) -> None:
+        self.security = client_security(security, security_protocol=security_protocol, ssl_cafile=ssl_cafile,
+                                        ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+                                        sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+                                        sasl_plain_password=sasl_plain_password)
+        self.view = ClusterView(bootstrap_servers, timeout_s=request_timeout_ms / 1000.0, security=self.security)
         self.timeout_s = request_timeout_ms / 1000.0
         self.zookeeper_connect = zookeeper_connect
         self._zk: KazooClient | None = None
@@ -180,24 +187,77 @@ class AdminClient:
             self._zk.start(timeout=self.timeout_s)
         return self._zk
 
-    def elect_preferred_leaders(self, partitions: Sequence[TopicPartition]) -> None:
-        zk = self._zk_client()
-        data = PreferredReplicaElectionZNode.encode([TopicPartitionId(t, p) for t, p in partitions])
-        try:
-            zk.create(PreferredReplicaElectionZNode.PATH, data, makepath=True)
-        except NodeExistsError:
-            raise errors.PreferredLeaderNotAvailableError("a preferred replica election is already running") from None
+    def elect_preferred_leaders(self, partitions: Sequence[TopicPartition],
+                                timeout_ms: int = 30000) -> dict[TopicPartition, str]:
+        """Preferred replica election through the broker (ElectLeaders, Alter on the cluster);
+        partition -> "NONE", "ELECTION_NOT_NEEDED" or the error name."""
+        resp = self._any().ElectLeaders(pb.ElectLeadersRequest(timeout_ms=timeout_ms, partitions=[
+            pb.TopicPartitionRef(topic_name=t, partition_index=p) for t, p in partitions]),
+            timeout=timeout_ms / 1000.0 + 5)
+        raise_for(resp.error_code, resp.error_message)
+        return {TopicPartition(r.topic_name, r.partition_index): pb.ErrorCode.Name(r.error_code) for r in resp.results}
 
     def reassign_partitions(self, reassignment: dict[TopicPartition, list[int]]) -> None:
-        zk = self._zk_client()
-        data = ReassignPartitionsZNode.encode({TopicPartitionId(t, p): r for (t, p), r in reassignment.items()})
-        try:
-            zk.create(ReassignPartitionsZNode.PATH, data, makepath=True)
-        except NodeExistsError:
-            raise errors.ReassignmentInProgressError("a reassignment is already in progress") from None
+        """Start a reassignment (AlterPartitionReassignments, Alter on the cluster); refused as a whole
+        when any target is not live or names an unknown partition."""
+        resp = self._any().AlterPartitionReassignments(pb.AlterPartitionReassignmentsRequest(partitions=[
+            pb.ReassignablePartition(topic_name=t, partition_index=p, replicas=r)
+            for (t, p), r in sorted(reassignment.items())]), timeout=self.timeout_s)
+        for r in resp.results:
+            raise_for(r.error_code, f"{r.topic_name}-{r.partition_index}: {r.error_message}")
+        raise_for(resp.error_code, resp.error_message)
 
     def reassignment_in_progress(self) -> bool:
-        return self._zk_client().exists(ReassignPartitionsZNode.PATH) is not None
+        resp = self._any().ListPartitionReassignments(pb.ListPartitionReassignmentsRequest(), timeout=self.timeout_s)
+        raise_for(resp.error_code, resp.error_message)
+        return bool(resp.reassignments)
+
+    # ------------------------------------------------------------ ACLs and users (S12.3)
+
+    def create_acls(self, bindings: Sequence[pb.AclBinding]) -> None:
+        resp = self._any().CreateAcls(pb.CreateAclsRequest(creations=list(bindings)), timeout=self.timeout_s)
+        for r in resp.results:
+            raise_for(r.error_code, r.error_message)
+
+    def describe_acls(self, acl_filter: pb.AclFilter | None = None) -> list[pb.AclBinding]:
+        resp = self._any().DescribeAcls(pb.DescribeAclsRequest(filter=acl_filter or pb.AclFilter()),
+                                        timeout=self.timeout_s)
+        raise_for(resp.error_code, resp.error_message)
+        return list(resp.acls)
+
+    def delete_acls(self, filters: Sequence[pb.AclFilter]) -> list[pb.AclBinding]:
+        resp = self._any().DeleteAcls(pb.DeleteAclsRequest(filters=list(filters)), timeout=self.timeout_s)
+        out: list[pb.AclBinding] = []
+        for r in resp.filter_results:
+            raise_for(r.error_code, r.error_message)
+            out.extend(r.matching_acls)
+        return out
+
+    def upsert_scram_user(self, name: str, password: str, iterations: int = MIN_ITERATIONS) -> None:
+        """Set a user's SCRAM-SHA-256 password; only its salted form leaves this process (KIP-554)."""
+        salt, salted = salt_password(password, iterations)
+        resp = self._any().AlterUserScramCredentials(pb.AlterUserScramCredentialsRequest(upsertions=[
+            pb.ScramCredentialUpsertion(name=name, mechanism=MECHANISM, iterations=iterations, salt=salt,
+                                        salted_password=salted)]), timeout=self.timeout_s)
+        for r in resp.results:
+            raise_for(r.error_code, r.error_message)
+
+    def delete_scram_user(self, name: str) -> None:
+        resp = self._any().AlterUserScramCredentials(pb.AlterUserScramCredentialsRequest(deletions=[
+            pb.ScramCredentialDeletion(name=name, mechanism=MECHANISM)]), timeout=self.timeout_s)
+        for r in resp.results:
+            raise_for(r.error_code, r.error_message)
+
+    def describe_scram_users(self, names: Sequence[str] = ()) -> dict[str, int]:
+        """user -> SCRAM iterations."""
+        resp = self._any().DescribeUserScramCredentials(pb.DescribeUserScramCredentialsRequest(users=list(names)),
+                                                        timeout=self.timeout_s)
+        raise_for(resp.error_code, resp.error_message)
+        out = {}
+        for r in resp.results:
+            raise_for(r.error_code, r.error_message)
+            out[r.user] = r.iterations
+        return out
 
     def list_groups(self) -> list[str]:
         zk = self._zk_client()

@@ -23,6 +23,7 @@ from client.producer import Producer
 from client.verify_replicas import verify
 from proto import errors
 from proto import minikafka_pb2 as pb
+from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 # Errors after which the write surely did not happen (the broker refused it before appending).
 DEFINITE_FAILURES = frozenset({"NOT_ENOUGH_REPLICAS", "INVALID_REQUIRED_ACKS", "MESSAGE_TOO_LARGE",
@@ -34,8 +35,10 @@ class Workload:
     """Producers writing unique values at a steady rate; then a full read of every partition."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, producers: int = 2, rate: float = 200.0,
-                 retries: int = 2_147_483_647, delivery_timeout_ms: int = 30_000) -> None:
+                 retries: int = 2_147_483_647, delivery_timeout_ms: int = 30_000,
+                 security: ChannelSecurity = PLAINTEXT_SECURITY) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.topic = topic
         self.partitions = partitions
         self.rate = rate
@@ -53,7 +56,7 @@ class Workload:
             t.start()
 
     def _produce(self, name: str) -> None:
-        with Producer(self.bootstrap, acks="all", linger_ms=1, request_timeout_ms=3000,
+        with Producer(self.bootstrap, security=self.security, acks="all", linger_ms=1, request_timeout_ms=3000,
                       delivery_timeout_ms=self.delivery_timeout_ms, retries=self.retries,
                       retry_backoff_ms=50) as producer:
             i = 0
@@ -96,7 +99,7 @@ class Workload:
     def read_all(self) -> list[Read]:
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         out: list[Read] = []
-        with Consumer(bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
+        with Consumer(bootstrap_servers=self.bootstrap, security=self.security, auto_offset_reset="earliest",
                       max_poll_records=5000) as consumer:
             consumer.assign(tps)
             end = consumer.end_offsets(tps)
@@ -175,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.dir)
     state = ClusterState.load(args.dir)
     cluster.state = state
-    view = ClusterView(state.bootstrap_servers)
+    view = ClusterView(state.bootstrap_servers, security=state.client_security())
     topic = f"chaos-{int(time.time())}"
     conn = view.connection(view.bootstrap[0])
     resp = conn.api.CreateTopics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
@@ -183,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         configs={"min.insync.replicas": "2" if len(state.brokers) >= 3 else "1"})], timeout_ms=30000), timeout=40)
     if resp.topics[0].error_code != pb.ErrorCode.NONE:
         raise errors.for_code(resp.topics[0].error_code)(resp.topics[0].error_message)
-    workload = Workload(state.bootstrap_servers, topic, 2, rate=args.rate)
+    workload = Workload(state.bootstrap_servers, topic, 2, rate=args.rate, security=state.client_security())
     workload.start()
     faults: list[str] = []
     deadline = time.monotonic() + args.duration

@@ -13,9 +13,11 @@ from collections.abc import Sequence
 
 import grpc
 
+from client.certs import CertError
 from client.local_cluster import ClusterError
 from client.tools import validate_names
 from proto.errors import KafkaError
+from proto.transport import SecurityConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,11 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     from broker import main as broker_main
-    from client import chaos, local_cluster, storage_demo, tools, top, verify_replicas
+    from client import certs, chaos, local_cluster, security_cli, storage_demo, tools, top, verify_replicas
 
     broker_main.add_parser(sub)
     local_cluster.add_parser(sub)
     tools.add_parsers(sub)
+    security_cli.add_parsers(sub)
+    certs.add_parser(sub)
     top.add_parser(sub)
     verify_replicas.add_parser(sub)
     chaos.add_parser(sub)
@@ -42,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         validate_names(args)
         rc: int = args.func(args)
-    except (KafkaError, ClusterError) as e:
+    except (KafkaError, ClusterError, CertError, SecurityConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except grpc.RpcError as e:

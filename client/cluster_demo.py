@@ -13,15 +13,17 @@ import time
 from pathlib import Path
 
 from client.connection import ClusterView, raise_for
-from client.local_cluster import ClusterState
+from client.local_cluster import ClusterState, local_client_security
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Record, decode_batches, encode_batch
+from proto.transport import PLAINTEXT_SECURITY
 
 
 def run_cluster_demo(args: argparse.Namespace) -> int:
     bootstrap = args.bootstrap_server or ClusterState.load(Path(args.dir)).bootstrap_servers
-    view = ClusterView(bootstrap)
+    security = local_client_security(Path(args.dir)) if not args.bootstrap_server else PLAINTEXT_SECURITY
+    view = ClusterView(bootstrap, security=security)
     view.refresh()
     rf = min(3, len(view.brokers))
     conn = view.connection(next(iter(view.brokers.values())))

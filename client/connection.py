@@ -17,12 +17,13 @@ from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import CHANNEL_OPTIONS
+from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 
 class Connection:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, security: ChannelSecurity = PLAINTEXT_SECURITY) -> None:
         self.address = address
-        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.channel = security.channel(address, options=CHANNEL_OPTIONS)
         self.api = pb_grpc.KafkaApiStub(self.channel)  # type: ignore[no-untyped-call]
         self.control = pb_grpc.BrokerControlStub(self.channel)  # type: ignore[no-untyped-call]
 
@@ -59,9 +60,11 @@ class PartitionLeader:
 class ClusterView:
     """Metadata from the cluster plus cached connections per broker."""
 
-    def __init__(self, bootstrap_servers: str | Iterable[str], timeout_s: float = 10.0) -> None:
+    def __init__(self, bootstrap_servers: str | Iterable[str], timeout_s: float = 10.0,
+                 security: ChannelSecurity = PLAINTEXT_SECURITY) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.timeout_s = timeout_s
+        self.security = security
         self.brokers: dict[int, str] = {}
         self.controller_id = -1
         self.controller_epoch = 0
@@ -72,7 +75,7 @@ class ClusterView:
     def connection(self, address: str) -> Connection:
         conn = self._conns.get(address)
         if conn is None:
-            conn = self._conns[address] = Connection(address)
+            conn = self._conns[address] = Connection(address, self.security)
         return conn
 
     def leader_connection(self, topic: str, partition: int) -> tuple[Connection, PartitionLeader]:
@@ -89,17 +92,20 @@ class ClusterView:
     def refresh(self, topics: Iterable[str] | None = None, allow_auto_create: bool = False) -> pb.MetadataResponse:
         req = pb.MetadataRequest(all_topics=topics is None, topics=list(topics or []),
                                  allow_auto_topic_creation=allow_auto_create)
-        last: Exception | None = None
+        last = ""
         candidates = list(dict.fromkeys([*self.brokers.values(), *self.bootstrap]))
         for address in candidates:
             try:
                 resp: pb.MetadataResponse = self.connection(address).api.Metadata(req, timeout=self.timeout_s)
             except grpc.RpcError as e:
-                last = e
+                if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    raise rpc_error(e, address) from None
+                last = f"{e.code().name}: {e.details()}"
                 continue
             self._apply(resp)
             return resp
-        raise errors.NetworkError(f"no broker answered metadata ({', '.join(candidates)}): {last}")
+        hint = " (a TLS listener? give --command-config / security_protocol)" if "Socket closed" in last else ""
+        raise errors.NetworkError(f"no broker answered metadata ({', '.join(candidates)}): {last}{hint}")
 
     def _apply(self, resp: pb.MetadataResponse) -> None:
         if resp.brokers:
@@ -119,6 +125,15 @@ class ClusterView:
         for c in self._conns.values():
             c.close()
         self._conns.clear()
+
+
+def rpc_error(e: grpc.RpcError, address: str) -> errors.KafkaError:
+    """A failed call as the client's typed error: a refused login is not a network problem."""
+    code = e.code() if hasattr(e, "code") else None
+    details = e.details() if hasattr(e, "details") else str(e)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return errors.SaslAuthenticationFailedError(f"{address}: {details}")
+    return errors.NetworkError(f"{address}: {code.name if code is not None else e}")
 
 
 def raise_for(code: int, message: str = "") -> None:

@@ -41,6 +41,7 @@ from client.connection import ClusterView, Connection, parse_bootstrap
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Header, decode_batch, iter_headers
+from proto.transport import ChannelSecurity, client_security
 from proto.zk_data import ConsumersZNode, TopicZNode
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,11 @@ class Consumer:
                  max_partition_fetch_bytes: int = 1_048_576, request_timeout_ms: int = 30_000,
                  retry_backoff_ms: int = 100, zookeeper_connect: str | None = None,
                  zookeeper_session_timeout_ms: int = 6000, consumer_id: str | None = None,
-                 consumer_timeout_ms: float = float("inf")) -> None:
+                 consumer_timeout_ms: float = float("inf"),
+                 security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
+                 sasl_mechanism: str = "SCRAM-SHA-256", sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None, security: ChannelSecurity | None = None) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise errors.InvalidRequestError("auto_offset_reset must be earliest, latest or none")
         self.bootstrap = parse_bootstrap(bootstrap_servers)
@@ -118,7 +123,11 @@ class Consumer:
         self.request_timeout_s = request_timeout_ms / 1000.0
         self.retry_backoff_s = retry_backoff_ms / 1000.0
         self.consumer_timeout_s = consumer_timeout_ms / 1000.0
-        self.view = ClusterView(self.bootstrap, timeout_s=self.request_timeout_s)
+        self.security = client_security(security, security_protocol=security_protocol, ssl_cafile=ssl_cafile,
+                                        ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+                                        sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+                                        sasl_plain_password=sasl_plain_password)
+        self.view = ClusterView(self.bootstrap, timeout_s=self.request_timeout_s, security=self.security)
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         self._buffer: dict[TopicPartition, list[ConsumerRecord]] = {}

@@ -1,5 +1,6 @@
-"""``python -m client.healthcheck HOST:PORT``: exit 0 when the broker's gRPC health says SERVING
-(container health checks use it)."""
+"""``python -m client.healthcheck HOST:PORT [CA_PEM]``: exit 0 when the broker's gRPC health says
+SERVING (container health checks use it). With a CA certificate the listener is reached over TLS
+(SSL and SASL_SSL listeners; health needs no credentials)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from proto.transport import ChannelSecurity
+
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m client.healthcheck HOST:PORT", file=sys.stderr)
+    if len(argv) not in (1, 2):
+        print("usage: python -m client.healthcheck HOST:PORT [CA_PEM]", file=sys.stderr)
         return 2
-    with grpc.insecure_channel(argv[0]) as channel:
+    security = ChannelSecurity("SSL", ssl_cafile=argv[1]) if len(argv) == 2 else ChannelSecurity()
+    with security.channel(argv[0]) as channel:
         try:
             resp = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=3)
         except grpc.RpcError as e:

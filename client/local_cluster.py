@@ -1,10 +1,19 @@
 """``minikafka cluster ...``: a local ZooKeeper + N brokers as background processes.
 
 Everything lives under one directory (``--dir``, default ``.minikafka``):
-``cluster.json`` (ports, pids), ``zookeeper/`` (zoo.cfg, data, log) and
-``broker-N/`` (server.properties, data, broker.log). Ports are picked free on
-127.0.0.1, so several clusters in different directories run side by side.
-The same launcher starts clusters for the integration tests.
+``cluster.json`` (ports, pids), ``zookeeper/`` (zoo.cfg, data, log),
+``broker-N/`` (server.properties, data, broker.log) and ``secrets/`` (mode
+0700: the cluster CA and every broker's certificate, ZooKeeper's digest
+credential, and with ``--secure`` the admin user's ``client.properties``).
+Ports are picked free on 127.0.0.1, so several clusters in different
+directories run side by side. The same launcher starts clusters for the
+integration tests.
+
+Secure by default (SPEC S12): every broker has a ``CLIENT`` listener and an
+``INTERNAL`` one; the inter-broker plane is always mutual TLS with broker
+certificates, and brokers write ZooKeeper with ACLs (readable by all, writable
+only with the cluster's digest credential). ``--secure`` also puts clients on
+TLS + SCRAM (SASL_SSL) with the ACL authorizer on and an ``admin`` super user.
 """
 
 from __future__ import annotations
@@ -20,9 +29,21 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from secrets import token_urlsafe as secrets_token
 from typing import Any
 
+from client import certs
+from client.certs import CA_CERT
+from proto.properties import parse_properties
+from proto.scram import MECHANISM, new_credential
+from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
+from proto.zk_data import ConfigUserZNode
+
 ZK_JAR = Path("/usr/share/java/zookeeper.jar")
+SECRETS_DIR = "secrets"
+ZK_DIGEST_FILE = "zookeeper.digest"
+ADMIN_USER = "admin"
+ADMIN_PRINCIPAL = f"User:{ADMIN_USER}"
 ZK_CONF_DIR = Path("/etc/zookeeper/conf")
 STATE_FILE = "cluster.json"
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP, "CONT": signal.SIGCONT}
@@ -182,13 +203,14 @@ def stop_pid(pid: int, proc: subprocess.Popen[bytes] | None = None, timeout_s: f
 @dataclass
 class BrokerProc:
     broker_id: int
-    port: int
+    port: int  # the client listener
     pid: int = -1
     config: str = ""
     log: str = ""
     metrics_port: int = -1
     host: str = "127.0.0.1"
     netns: str = ""  # run inside this network namespace (`ip netns exec`), for partition tests
+    internal_port: int = -1  # the inter-broker (mutual TLS) listener
 
     @property
     def metrics_address(self) -> str:
@@ -206,10 +228,31 @@ class ClusterState:
     zookeeper_pid: int = -1
     zookeeper_dir: str = ""
     brokers: dict[int, BrokerProc] = field(default_factory=dict)
+    # Clients on SASL_SSL with ACLs (``cluster up --secure``).
+    secure: bool = False
 
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(b.address for _, b in sorted(self.brokers.items()))
+
+    @property
+    def secrets(self) -> Path:
+        return Path(self.dir) / SECRETS_DIR
+
+    @property
+    def client_properties(self) -> Path:
+        """Kafka-style client properties of the admin user (``--command-config``); secure clusters only."""
+        return self.secrets / "client.properties"
+
+    def client_security(self) -> ChannelSecurity:
+        """How a client reaches this cluster's client listeners (PLAINTEXT unless ``--secure``)."""
+        if not self.secure:
+            return PLAINTEXT_SECURITY
+        return ChannelSecurity.from_properties(parse_properties(self.client_properties.read_text()))
+
+    def zookeeper_digest(self) -> tuple[str, str]:
+        user, _, password = (self.secrets / ZK_DIGEST_FILE).read_text().strip().partition(":")
+        return user, password
 
     def save(self) -> None:
         path = Path(self.dir) / STATE_FILE
@@ -230,11 +273,26 @@ class ClusterState:
         return cls(brokers=brokers, **data)
 
 
-def broker_properties(b: BrokerProc, zookeeper_connect: str, data_dir: Path, brokers: int) -> dict[str, str]:
+def local_client_security(directory: Path) -> ChannelSecurity:
+    """How clients reach the local cluster in ``directory`` (PLAINTEXT when there is none)."""
+    try:
+        return ClusterState.load(directory).client_security()
+    except ClusterError:
+        return PLAINTEXT_SECURITY
+
+
+def broker_properties(b: BrokerProc, zookeeper_connect: str, data_dir: Path, brokers: int, secrets: Path,
+                      secure: bool = False) -> dict[str, str]:
     """The broker configs a local cluster runs with (docker-compose.yml sets the same keys)."""
-    return {
+    props = {
         "broker.id": str(b.broker_id),
-        "listeners": f"PLAINTEXT://{b.host}:{b.port}",
+        "listeners": f"CLIENT://{b.host}:{b.port},INTERNAL://{b.host}:{b.internal_port}",
+        "listener.security.protocol.map": f"CLIENT:{'SASL_SSL' if secure else 'PLAINTEXT'},INTERNAL:SSL",
+        "inter.broker.listener.name": "INTERNAL",
+        "ssl.keystore.location": str(secrets / f"broker-{b.broker_id}.pem"),
+        "ssl.truststore.location": str(secrets / CA_CERT),
+        "zookeeper.set.acl": "true",
+        "zookeeper.digest.auth.file": str(secrets / ZK_DIGEST_FILE),
         "zookeeper.connect": zookeeper_connect,
         "zookeeper.session.timeout.ms": "6000",
         "log.dirs": str(data_dir),
@@ -242,6 +300,27 @@ def broker_properties(b: BrokerProc, zookeeper_connect: str, data_dir: Path, bro
         "metrics.port": str(b.metrics_port),
         "controlled.shutdown.retry.backoff.ms": "500",
     }
+    if secure:
+        props.update({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                      "super.users": ADMIN_PRINCIPAL})
+    return props
+
+
+def make_secrets(secrets: Path, broker_ids: list[int], hosts: dict[int, str],
+                 zk_digest: tuple[str, str] | None = None) -> None:
+    """The cluster CA, a certificate per broker, ZooKeeper's digest credential (kept if present)."""
+    secrets.mkdir(parents=True, exist_ok=True)
+    os.chmod(secrets, 0o700)
+    certs.init_ca(secrets)
+    for i in broker_ids:
+        if not (secrets / f"broker-{i}.pem").exists():
+            certs.issue(secrets, f"broker-{i}", hosts=sorted({"127.0.0.1", "localhost", hosts.get(i, "127.0.0.1")}))
+    digest = secrets / ZK_DIGEST_FILE
+    if not digest.exists() or zk_digest is not None:
+        user, password = zk_digest or ("minikafka", secrets_token(18))
+        fd = os.open(digest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{user}:{password}\n")
 
 
 class LocalCluster:
@@ -249,9 +328,12 @@ class LocalCluster:
 
     def __init__(self, directory: Path, *, zookeeper: str | None = None,
                  broker_overrides: dict[str, str] | None = None,
-                 broker_netns: dict[int, tuple[str, str]] | None = None) -> None:
+                 broker_netns: dict[int, tuple[str, str]] | None = None,
+                 zk_digest: tuple[str, str] | None = None) -> None:
         """``broker_netns``: broker id -> (network namespace, address in it) for brokers that run in
-        namespaces of their own (tests/chaos' network partition); others listen on 127.0.0.1."""
+        namespaces of their own (tests/chaos' network partition); others listen on 127.0.0.1.
+        ``zk_digest``: the ZooKeeper credential brokers use (default: a new random one)."""
+        self.zk_digest = zk_digest
         self.dir = directory.resolve()
         self.broker_netns = dict(broker_netns or {})
         self.external_zk = zookeeper
@@ -262,7 +344,7 @@ class LocalCluster:
 
     # ------------------------------------------------------------ up / down
 
-    def up(self, brokers: int = 3, timeout_s: float = 60.0) -> ClusterState:
+    def up(self, brokers: int = 3, timeout_s: float = 60.0, secure: bool = False) -> ClusterState:
         self.dir.mkdir(parents=True, exist_ok=True)
         if (self.dir / STATE_FILE).exists():
             old = ClusterState.load(self.dir)
@@ -275,12 +357,16 @@ class LocalCluster:
             self.zk = ZooKeeperServer(self.dir / "zookeeper")
             self.zk.start()
             connect, zk_pid = self.zk.connect, self.zk.pid
-        self.state = ClusterState(str(self.dir), connect, zk_pid, str(self.dir / "zookeeper"))
-        ports = free_ports(2 * brokers)
+        self.state = ClusterState(str(self.dir), connect, zk_pid, str(self.dir / "zookeeper"), secure=secure)
+        ports = free_ports(3 * brokers)
+        hosts = {i: self.broker_netns.get(i, ("", "127.0.0.1"))[1] for i in range(1, brokers + 1)}
+        make_secrets(self.state.secrets, list(hosts), hosts, self.zk_digest)
+        if secure:
+            self._bootstrap_admin(connect)
         for i in range(1, brokers + 1):
             netns, host = self.broker_netns.get(i, ("", "127.0.0.1"))
-            self.state.brokers[i] = BrokerProc(i, ports[2 * i - 2], metrics_port=ports[2 * i - 1], host=host,
-                                               netns=netns)
+            self.state.brokers[i] = BrokerProc(i, ports[3 * i - 3], metrics_port=ports[3 * i - 2], host=host,
+                                               netns=netns, internal_port=ports[3 * i - 1])
             self._write_config(self.state.brokers[i], brokers)
         self.state.save()
         for b in self.state.brokers.values():
@@ -290,11 +376,44 @@ class LocalCluster:
         self.wait_for_controller(timeout_s)
         return self.state
 
+    def _bootstrap_admin(self, connect: str) -> None:
+        """--secure: the admin super user's SCRAM credential straight into ZooKeeper (as Kafka's
+        ``kafka-configs --zookeeper``), before any broker starts, and its client.properties."""
+        from kazoo.client import KazooClient
+        from kazoo.security import make_acl, make_digest_acl
+
+        assert self.state is not None
+        password = secrets_token(18)
+        user, zk_password = self.state.zookeeper_digest()
+        zk = KazooClient(hosts=connect, timeout=10, auth_data=[("digest", f"{user}:{zk_password}")])
+        zk.start(timeout=30)
+        try:
+            path = ConfigUserZNode.path(ADMIN_USER)
+            data = ConfigUserZNode.encode({MECHANISM: new_credential(password).encode()})
+            acl = [make_digest_acl(user, zk_password, all=True)]
+            zk.ensure_path("/config", acl=[make_acl("world", "anyone", read=True), *acl])
+            zk.ensure_path(ConfigUserZNode.PATH, acl=acl)
+            if zk.exists(path):
+                zk.set(path, data)
+            else:
+                zk.create(path, data, acl=acl)
+        finally:
+            zk.stop()
+            zk.close()
+        props = self.state.client_properties
+        fd = os.open(props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("# The admin super user of this cluster (minikafka cluster up --secure)\n"
+                    "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\n"
+                    f"sasl.username={ADMIN_USER}\nsasl.password={password}\n"
+                    f"ssl.truststore.location={self.state.secrets / CA_CERT}\n")
+
     def _write_config(self, b: BrokerProc, n: int) -> None:
         bdir = self.dir / f"broker-{b.broker_id}"
         bdir.mkdir(parents=True, exist_ok=True)
         assert self.state is not None
-        props = broker_properties(b, self.state.zookeeper_connect, bdir / "data", n)
+        props = broker_properties(b, self.state.zookeeper_connect, bdir / "data", n, self.state.secrets,
+                                  self.state.secure)
         props.update(self.overrides)
         cfg = bdir / "server.properties"
         cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -478,6 +597,8 @@ def add_parser(sub: Any) -> None:
     up.add_argument("--brokers", type=int, default=3)
     up.add_argument("--zookeeper", default=None, metavar="HOST:PORT", help="use a running ZooKeeper")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker config override")
+    up.add_argument("--secure", action="store_true",
+                    help="clients on TLS + SCRAM (SASL_SSL) with ACLs on and an admin super user")
     up.set_defaults(func=_cmd_up)
 
     st = csub.add_parser("status", help="brokers, pids, liveness, controller")
@@ -525,13 +646,20 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
     def go() -> None:
         cluster = LocalCluster(args.dir, zookeeper=args.zookeeper, broker_overrides=overrides)
-        state = cluster.up(args.brokers)
+        state = cluster.up(args.brokers, secure=args.secure)
         view = cluster.zk_view()
         print(f"ZooKeeper: {state.zookeeper_connect}")
         for _, b in sorted(state.brokers.items()):
             print(f"broker {b.broker_id}: {b.address} (pid {b.pid}, metrics {b.metrics_address}, log {b.log})")
         print(f"controller: broker {view['controller']} (controller epoch {view['controller_epoch']})")
         print(f"bootstrap servers: {state.bootstrap_servers}")
+        print(f"inter-broker plane: mutual TLS (CA {state.secrets / CA_CERT}); ZooKeeper writes need the "
+              f"digest in {state.secrets / ZK_DIGEST_FILE}")
+        if state.secure:
+            print(f"clients: SASL_SSL (SCRAM-SHA-256), ACLs on; the admin super user's settings are in "
+                  f"{state.client_properties}")
+            print(f"  minikafka topics --list --bootstrap-server {state.bootstrap_servers} "
+                  f"--command-config {state.client_properties}")
 
     return _run(go)
 

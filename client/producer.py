@@ -36,13 +36,14 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from client.connection import ClusterView, parse_bootstrap
+from client.connection import ClusterView, parse_bootstrap, rpc_error
 from client.partitioner import StickyPartitioner, partition_for_key
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import CHANNEL_OPTIONS
 from proto.record_batch import CODEC_BY_NAME, Header, build_batch, encode_record_body
+from proto.transport import ChannelSecurity, client_security
 
 log = logging.getLogger(__name__)
 
@@ -258,8 +259,16 @@ class Producer:
                  compression_type: str | None = None, max_in_flight: int = 5, retries: int = 2_147_483_647,
                  delivery_timeout_ms: int = 120_000, request_timeout_ms: int = 30_000,
                  retry_backoff_ms: int = 100, max_block_ms: int = 60_000, max_request_size: int = 1_048_576,
-                 buffer_memory: int = 33_554_432, client_id: str = "minikafka-producer") -> None:
+                 buffer_memory: int = 33_554_432, client_id: str = "minikafka-producer",
+                 security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
+                 sasl_mechanism: str = "SCRAM-SHA-256", sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None, security: ChannelSecurity | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.security = client_security(security, security_protocol=security_protocol, ssl_cafile=ssl_cafile,
+                                        ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+                                        sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+                                        sasl_plain_password=sasl_plain_password)
         acks_map: dict[Any, int] = {"all": -1, "-1": -1, -1: -1, 1: 1, "1": 1, 0: 0, "0": 0}
         if acks not in acks_map:
             raise errors.InvalidRequiredAcksError(f"acks must be 0, 1 or 'all', got {acks!r}")
@@ -286,10 +295,12 @@ class Producer:
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
         self._sticky = StickyPartitioner()
-        self._view = ClusterView(self.bootstrap, timeout_s=self.request_timeout_s)
+        self._view = ClusterView(self.bootstrap, timeout_s=self.request_timeout_s, security=self.security)
         self._view_lock = threading.Lock()
         self._partition_counts: dict[str, int] = {}
         self._closed = False
+        # A non-retriable failure of InitProducerId (e.g. not authorized): every send fails with it.
+        self._fatal: errors.KafkaError | None = None
         self._flushing = 0
         self._unfinished = 0  # batches created and not yet completed
         self._idle = threading.Condition(self._lock)
@@ -311,6 +322,8 @@ class Producer:
              timestamp_ms: int | None = None) -> FutureRecordMetadata:
         if self._closed:
             raise errors.KafkaError("the producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
         if value is not None and not isinstance(value, bytes | bytearray):
             raise TypeError("value must be bytes (serialize it first)")
         if key is not None and not isinstance(key, bytes | bytearray):
@@ -453,7 +466,7 @@ class Producer:
     def _stub(self, address: str) -> Any:
         entry = self._channels.get(address)
         if entry is None:
-            ch = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            ch = self.security.aio_channel(address, options=CHANNEL_OPTIONS)
             entry = self._channels[address] = (ch, pb_grpc.KafkaApiStub(ch))  # type: ignore[no-untyped-call]
         return entry[1]
 
@@ -501,7 +514,21 @@ class Producer:
                 if resp.error_code == pb.ErrorCode.NONE:
                     self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
                     return
+                err = errors.for_code(resp.error_code)(f"InitProducerId: {pb.ErrorCode.Name(resp.error_code)}")
+                if not err.retriable:
+                    # Kafka's producer: an authorization failure here is fatal - every send fails with it.
+                    self._fail_all(err)
+                    return
             await asyncio.sleep(self.retry_backoff_s)
+
+    def _fail_all(self, error: errors.KafkaError) -> None:
+        self._fatal = error
+        with self._lock:
+            doomed = [b for pq in self._queues.values() for b in pq.batches]
+            for pq in self._queues.values():
+                pq.batches.clear()
+        for b in doomed:
+            self._finish(b, -1, error)
 
     def _drain_and_send(self) -> float:
         """Take what is ready, send it; returns how long to sleep before looking again."""
@@ -598,7 +625,7 @@ class Producer:
                 return
             resp = await call
         except (grpc.aio.AioRpcError, errors.KafkaError) as e:
-            err = e if isinstance(e, errors.KafkaError) else errors.NetworkError(f"{address}: {e.code()}")
+            err = e if isinstance(e, errors.KafkaError) else rpc_error(e, address or "?")
             for b in batches:
                 self._retry_or_fail(b, err)
             return

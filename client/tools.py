@@ -24,6 +24,8 @@ from client.local_cluster import ClusterError, ClusterState
 from client.producer import Producer
 from proto import errors
 from proto.names import validate_group_id, validate_topic_name
+from proto.properties import parse_properties
+from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 
 def add_connection_args(p: argparse.ArgumentParser, zookeeper: bool = False) -> None:
@@ -32,6 +34,24 @@ def add_connection_args(p: argparse.ArgumentParser, zookeeper: bool = False) -> 
         p.add_argument("--zookeeper", default=None, help="host:port[/chroot] (default: the local cluster's)")
     p.add_argument("--dir", type=Path, default=Path(".minikafka"), help="local cluster directory (.minikafka)")
     p.add_argument("--output", choices=["table", "json"], default="table")
+    p.add_argument("--command-config", type=Path, default=None, metavar="FILE",
+                   help="client properties (security.protocol, ssl.truststore.location, sasl.username, ...), "
+                        "as Kafka's tools take them; default: the local cluster's own when it is --secure")
+
+
+def security_from_args(args: argparse.Namespace) -> ChannelSecurity:
+    """--command-config, else (only when talking to the local cluster) the cluster's admin settings."""
+    if getattr(args, "command_config", None):
+        try:
+            return ChannelSecurity.from_properties(parse_properties(args.command_config.read_text()))
+        except OSError as e:
+            raise errors.InvalidConfigError(f"cannot read {args.command_config}: {e.strerror}") from None
+    if not getattr(args, "bootstrap_server", None):
+        try:
+            return ClusterState.load(args.dir).client_security()
+        except ClusterError:
+            pass
+    return PLAINTEXT_SECURITY
 
 
 def bootstrap_from_args(args: argparse.Namespace) -> str:
@@ -187,7 +207,7 @@ def _print(args: argparse.Namespace, obj: Any, table: str) -> None:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    with AdminClient(bootstrap_from_args(args)) as admin:
+    with AdminClient(bootstrap_from_args(args), security=security_from_args(args)) as admin:
         if args.list:
             names = admin.list_topics()
             _print(args, names, "\n".join(names))
@@ -240,7 +260,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     acks = _acks(args.acks)
     count = 0
     futures = []
-    with Producer(bootstrap_from_args(args), acks=acks, enable_idempotence=acks == "all",
+    with Producer(bootstrap_from_args(args), security=security_from_args(args), acks=acks, enable_idempotence=acks == "all",
                   compression_type=args.compression) as producer:
         for line in sys.stdin:
             line = line.rstrip("\n")
@@ -266,7 +286,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
                                                                           "timestamp")}
     sep = props.get("key.separator", "\t")
     reset = "earliest" if args.from_beginning else "latest"
-    consumer = Consumer(bootstrap_servers=bootstrap_from_args(args), group_id=args.group, auto_offset_reset=reset,
+    consumer = Consumer(bootstrap_servers=bootstrap_from_args(args), security=security_from_args(args), group_id=args.group, auto_offset_reset=reset,
                         zookeeper_connect=_zookeeper(args) if args.group else None, enable_auto_commit=True,
                         auto_commit_interval_ms=1000)
     n = 0
@@ -328,7 +348,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 def cmd_groups(args: argparse.Namespace) -> int:
-    with AdminClient(bootstrap_from_args(args), zookeeper_connect=_zookeeper(args)) as admin:
+    with AdminClient(bootstrap_from_args(args), zookeeper_connect=_zookeeper(args),
+                     security=security_from_args(args)) as admin:
         if args.list:
             groups = admin.list_groups()
             _print(args, groups, "\n".join(groups))
@@ -379,7 +400,8 @@ def cmd_groups(args: argparse.Namespace) -> int:
 
 
 def cmd_leader_election(args: argparse.Namespace) -> int:
-    with AdminClient(bootstrap_from_args(args), zookeeper_connect=_zookeeper(args)) as admin:
+    with AdminClient(bootstrap_from_args(args), zookeeper_connect=_zookeeper(args),
+                     security=security_from_args(args)) as admin:
         if args.all_topic_partitions:
             tps = [TopicPartition(t, p) for t in admin.list_topics() for p in admin.view.partitions_of(t)]
         elif args.topic:
@@ -388,14 +410,18 @@ def cmd_leader_election(args: argparse.Namespace) -> int:
             tps = [TopicPartition(args.topic, p) for p in parts]
         else:
             raise errors.InvalidRequestError("give --topic [--partition] or --all-topic-partitions")
-        admin.elect_preferred_leaders(tps)
-        _print(args, {"requested": [list(tp) for tp in tps]},
-               f"Requested a preferred replica election for {len(tps)} partitions.")
+        results = admin.elect_preferred_leaders(tps)
+        elected = sorted(tp for tp, code in results.items() if code == "NONE")
+        rest = {f"{tp.topic}-{tp.partition}": code for tp, code in sorted(results.items()) if code != "NONE"}
+        _print(args, {"elected": [list(tp) for tp in elected], "not_elected": rest},
+               f"Successfully completed leader election for {len(elected)} partitions."
+               + "".join(f"\n{name}: {code}" for name, code in rest.items()))
     return 0
 
 
 def cmd_reassign(args: argparse.Namespace) -> int:
-    with AdminClient(bootstrap_from_args(args), zookeeper_connect=_zookeeper(args)) as admin:
+    with AdminClient(bootstrap_from_args(args), zookeeper_connect=_zookeeper(args),
+                     security=security_from_args(args)) as admin:
         if args.verify:
             busy = admin.reassignment_in_progress()
             _print(args, {"in_progress": busy}, "Reassignment in progress." if busy else "Reassignment complete.")
@@ -421,7 +447,7 @@ def cmd_perf_produce(args: argparse.Namespace) -> int:
     value = b"x" * args.record_size
     latencies: list[float] = []
     interactive = sys.stderr.isatty() and args.output != "json"
-    with Producer(bootstrap_from_args(args), acks=acks, enable_idempotence=acks == "all", batch_size=args.batch_size,
+    with Producer(bootstrap_from_args(args), security=security_from_args(args), acks=acks, enable_idempotence=acks == "all", batch_size=args.batch_size,
                   linger_ms=args.linger_ms, buffer_memory=1_000_000) as producer:
         perf = time.perf_counter
         start = perf()
@@ -464,7 +490,8 @@ def cmd_perf_produce(args: argparse.Namespace) -> int:
 
 
 def cmd_perf_consume(args: argparse.Namespace) -> int:
-    consumer = Consumer(args.topic, bootstrap_servers=bootstrap_from_args(args), auto_offset_reset="earliest",
+    consumer = Consumer(args.topic, bootstrap_servers=bootstrap_from_args(args), security=security_from_args(args),
+                        auto_offset_reset="earliest",
                         max_poll_records=10_000)
     n = nbytes = 0
     start = time.perf_counter()

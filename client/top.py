@@ -22,9 +22,10 @@ import grpc
 
 from client.admin import AdminClient
 from client.connection import ClusterView
-from client.local_cluster import ClusterError, ClusterState
+from client.local_cluster import ClusterError, ClusterState, local_client_security
 from proto import errors
 from proto import minikafka_pb2 as pb
+from proto.transport import PLAINTEXT_SECURITY
 
 BAR = 28
 
@@ -145,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         except ClusterError:
             if not bootstrap:
                 raise errors.InvalidRequestError(f"no --bootstrap-server and no local cluster in {args.dir}") from None
-    view = ClusterView(bootstrap, timeout_s=3)
+    security = local_client_security(args.dir) if not args.bootstrap_server else PLAINTEXT_SECURITY
+    view = ClusterView(bootstrap, timeout_s=3, security=security)
     try:
         while True:
             snap = snapshot(view, args.topic, args.events, zookeeper)

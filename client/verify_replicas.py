@@ -20,10 +20,11 @@ from typing import Any
 import grpc
 
 from client.connection import ClusterView
-from client.local_cluster import ClusterError, ClusterState
+from client.local_cluster import ClusterError, ClusterState, local_client_security
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.record_batch import ATTRIBUTES_OFFSET, crc32c, iter_headers
+from proto.transport import PLAINTEXT_SECURITY
 
 E = pb.ErrorCode
 Fingerprint = tuple[int, int, int, int]
@@ -121,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
             bootstrap = ClusterState.load(args.dir).bootstrap_servers
         except ClusterError:
             raise errors.InvalidRequestError(f"no --bootstrap-server and no local cluster in {args.dir}") from None
-    view = ClusterView(bootstrap)
+    security = local_client_security(args.dir) if not args.bootstrap_server else PLAINTEXT_SECURITY
+    view = ClusterView(bootstrap, security=security)
     try:
         report = verify(view, args.topic)
     finally:

@@ -26,6 +26,7 @@ from controller.context import ControllerContext, TopicPartition
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import CHANNEL_OPTIONS
+from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 from proto.zk_data import BrokerRegistration
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,14 @@ class _Request:
 
 
 class _BrokerSender:
-    def __init__(self, reg: BrokerRegistration, timeout_s: float) -> None:
+    def __init__(self, reg: BrokerRegistration, timeout_s: float, security: ChannelSecurity, listener: str) -> None:
         self.reg = reg
         self.timeout_s = timeout_s
         self.queue: queue.Queue[_Request | None] = queue.Queue()
-        self.channel = grpc.insecure_channel(reg.address, options=CHANNEL_OPTIONS)
+        # The broker's control-plane listener, mutual TLS with the controller's broker certificate.
+        control = reg.endpoint(listener)
+        self.channel = security.channel(control.address if control is not None else reg.address,
+                                        options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.BrokerControlStub(self.channel)  # type: ignore[no-untyped-call]
         self.running = True
         self.thread = threading.Thread(target=self._run, name=f"controller-to-broker-{reg.broker_id}", daemon=True)
@@ -76,8 +80,11 @@ class _BrokerSender:
 
 
 class ControllerChannelManager:
-    def __init__(self, timeout_ms: int) -> None:
+    def __init__(self, timeout_ms: int, security: ChannelSecurity = PLAINTEXT_SECURITY,
+                 control_plane_listener: str = "") -> None:
         self.timeout_s = timeout_ms / 1000.0
+        self.security = security
+        self.control_plane_listener = control_plane_listener
         self._senders: dict[int, _BrokerSender] = {}
 
     def add_broker(self, reg: BrokerRegistration) -> None:
@@ -86,7 +93,7 @@ class ControllerChannelManager:
             if old.reg == reg:
                 return
             old.stop()
-        self._senders[reg.broker_id] = _BrokerSender(reg, self.timeout_s)
+        self._senders[reg.broker_id] = _BrokerSender(reg, self.timeout_s, self.security, self.control_plane_listener)
 
     def remove_broker(self, broker_id: int) -> None:
         sender = self._senders.pop(broker_id, None)
@@ -106,7 +113,11 @@ class ControllerChannelManager:
 
 
 def endpoint(reg: BrokerRegistration) -> pb.BrokerEndpoint:
-    return pb.BrokerEndpoint(broker_id=reg.broker_id, host=reg.host, port=reg.port, rack=reg.rack or "")
+    """A broker as other brokers see it: its inter-broker address, every listener, its epoch."""
+    return pb.BrokerEndpoint(broker_id=reg.broker_id, host=reg.host, port=reg.port, rack=reg.rack or "",
+                             broker_epoch=reg.epoch, listeners=[
+                                 pb.ListenerEndpoint(name=e.name, host=e.host, port=e.port,
+                                                     security_protocol=e.security_protocol) for e in reg.listeners])
 
 
 @dataclass

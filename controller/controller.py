@@ -46,6 +46,7 @@ from controller.state_machine import (
 )
 from controller.zk_client import ControllerMovedError, KafkaZkClient
 from proto import minikafka_pb2 as pb
+from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 from proto.zk_data import (
     NO_LEADER,
     BrokerIdsZNode,
@@ -76,6 +77,9 @@ class ControllerSettings:
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300
     request_timeout_ms: int = 30000
+    # Where and how the controller reaches brokers (SPEC S12.1).
+    control_plane_listener: str = ""
+    channel_security: ChannelSecurity = PLAINTEXT_SECURITY
 
 
 # ------------------------------------------------------------------ events
@@ -169,7 +173,8 @@ class KafkaController:
         self.ctx = ControllerContext()
         self.active = False
         self.active_controller_id = -1
-        self.channel = ControllerChannelManager(settings.request_timeout_ms)
+        self.channel = ControllerChannelManager(settings.request_timeout_ms, settings.channel_security,
+                                                settings.control_plane_listener)
         self._generation = 0
         self._thread = threading.Thread(target=self._run, name="controller-event-thread", daemon=True)
         self._timer: threading.Timer | None = None

@@ -11,21 +11,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.states import ZnodeStat
+from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
 from proto.errors import KafkaError, TopicAlreadyExistsError
 from proto.zk_data import (
+    OPEN_PATHS,
     PERSISTENT_PATHS,
+    SENSITIVE_PATHS,
+    AclChangesZNode,
+    AclZNode,
     BrokerIdsZNode,
     BrokerIdZNode,
     BrokerRegistration,
     ClusterIdZNode,
     ConfigChangesZNode,
     ConfigTopicZNode,
+    ConfigUserZNode,
     ControllerEpochZNode,
     ControllerZNode,
     DeleteTopicsZNode,
@@ -51,12 +58,34 @@ class ControllerMovedError(KafkaError):
     """Someone else became controller while this one was writing."""
 
 
+def read_digest(path: str) -> tuple[str, str]:
+    """(user, password) from a ``zookeeper.digest.auth.file`` holding ``user:password``."""
+    try:
+        text = Path(path).read_text().strip()
+    except OSError as e:
+        raise KafkaError(f"cannot read zookeeper.digest.auth.file {path}: {e.strerror}") from None
+    name, sep, password = text.partition(":")
+    if not sep or not name or not password:
+        raise KafkaError(f"zookeeper.digest.auth.file {path} must hold user:password")
+    return name, password
+
+
 class KafkaZkClient:
-    def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_ms: int | None = None):
+    """With ``digest`` (zookeeper.set.acl, SPEC S12.4) the session authenticates with it and every
+    znode it creates is readable by all but writable only by that identity (Kafka's
+    ``zookeeper.set.acl``); credentials are readable only by it; /consumers stays open."""
+
+    def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_ms: int | None = None,
+                 digest: tuple[str, str] | None = None):
         chroot_hosts = connect
+        auth = [("digest", f"{digest[0]}:{digest[1]}")] if digest else None
+        self.secure_acl = ([make_acl("world", "anyone", read=True), make_digest_acl(*digest, all=True)]
+                           if digest else None)
+        self.private_acl = [make_digest_acl(*digest, all=True)] if digest else None
         self.zk = KazooClient(hosts=chroot_hosts, timeout=session_timeout_ms / 1000.0,
                               connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
-                              command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0})
+                              command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0},
+                              auth_data=auth, default_acl=self.secure_acl)
         self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000.0
 
     def _r(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -84,7 +113,9 @@ class KafkaZkClient:
 
     def ensure_persistent_paths(self) -> None:
         for path in PERSISTENT_PATHS:
-            self._r(self.zk.ensure_path, path)
+            acl = (OPEN_ACL_UNSAFE if path in OPEN_PATHS else self.private_acl if path in SENSITIVE_PATHS
+                   else self.secure_acl)
+            self._r(self.zk.ensure_path, path, acl)
 
     def get_or_create_cluster_id(self, proposed: str) -> str:
         try:
@@ -299,6 +330,15 @@ class KafkaZkClient:
             return None
         return ReassignPartitionsZNode.decode(data)
 
+    def create_partition_reassignment(self, reassignment: dict[TopicPartitionId, list[int]]) -> bool:
+        """Start a reassignment; False when one is in progress already."""
+        try:
+            self._r(self.zk.create, ReassignPartitionsZNode.PATH, ReassignPartitionsZNode.encode(reassignment),
+                    makepath=True)
+        except NodeExistsError:
+            return False
+        return True
+
     def set_assignment(self, topic: str, assignment: dict[int, list[int]]) -> None:
         self._r(self.zk.set, TopicZNode.path(topic), TopicZNode.encode(assignment))
 
@@ -327,6 +367,72 @@ class KafkaZkClient:
             except (NoNodeError, NotEmptyError):
                 continue
         return out
+
+    # ------------------------------------------------------------ security: SCRAM users, ACLs (S12.3)
+
+    def get_scram_users(self) -> list[str]:
+        try:
+            return sorted(self._r(self.zk.get_children, ConfigUserZNode.PATH))
+        except NoNodeError:
+            return []
+
+    def get_user_config(self, user: str) -> dict[str, str]:
+        try:
+            data, _ = self._r(self.zk.get, ConfigUserZNode.path(user))
+        except NoNodeError:
+            return {}
+        return ConfigUserZNode.decode(user, data)
+
+    def set_user_config(self, user: str, config: dict[str, str]) -> None:
+        """Write (or, when empty, delete) a user's config, then notify every broker."""
+        path = ConfigUserZNode.path(user)
+        if config:
+            data = ConfigUserZNode.encode(config)
+            try:
+                self._r(self.zk.set, path, data)
+            except NoNodeError:
+                self._r(self.zk.create, path, data, acl=self.private_acl, makepath=True)
+        else:
+            try:
+                self._r(self.zk.delete, path)
+            except NoNodeError:
+                pass
+        self._r(self.zk.create, ConfigChangesZNode.PREFIX, ConfigChangesZNode.encode_entity("users", user),
+                sequence=True, makepath=True)
+
+    def get_acl_resources(self) -> list[tuple[str, str]]:
+        out = []
+        for kind in AclZNode.RESOURCE_TYPES:
+            try:
+                out += [(kind, name) for name in self._r(self.zk.get_children, f"{AclZNode.PATH}/{kind}")]
+            except NoNodeError:
+                continue
+        return sorted(out)
+
+    def get_acls(self, resource_type: str, name: str) -> list[tuple[str, str, str, str]]:
+        path = AclZNode.path(resource_type, name)
+        try:
+            data, _ = self._r(self.zk.get, path)
+        except NoNodeError:
+            return []
+        return AclZNode.decode(path, data)
+
+    def set_acls(self, resource_type: str, name: str, acls: list[tuple[str, str, str, str]]) -> None:
+        """Replace a resource's ACLs (deleting the znode when none remain) and notify every broker."""
+        path = AclZNode.path(resource_type, name)
+        if acls:
+            data = AclZNode.encode(acls)
+            try:
+                self._r(self.zk.set, path, data)
+            except NoNodeError:
+                self._r(self.zk.create, path, data, makepath=True)
+        else:
+            try:
+                self._r(self.zk.delete, path)
+            except NoNodeError:
+                pass
+        self._r(self.zk.create, AclChangesZNode.PREFIX, AclChangesZNode.encode(resource_type, name), sequence=True,
+                makepath=True)
 
     # ------------------------------------------------------------ producer ids
 

@@ -161,6 +161,26 @@ class InvalidGroupIdError(KafkaError):
     description = "The group id is not valid."
 
 
+class TopicAuthorizationFailedError(KafkaError):
+    code, name = 29, "TOPIC_AUTHORIZATION_FAILED"
+    description = "Not authorized to access the topic."
+
+
+class GroupAuthorizationFailedError(KafkaError):
+    code, name = 30, "GROUP_AUTHORIZATION_FAILED"
+    description = "Not authorized to access the group."
+
+
+class ClusterAuthorizationFailedError(KafkaError):
+    code, name = 31, "CLUSTER_AUTHORIZATION_FAILED"
+    description = "Not authorized for this cluster operation."
+
+
+class UnsupportedSaslMechanismError(KafkaError):
+    code, name = 33, "UNSUPPORTED_SASL_MECHANISM"
+    description = "The SASL mechanism is not enabled."
+
+
 class InvalidTimestampError(KafkaError):
     code, name = 32, "INVALID_TIMESTAMP"
     description = "A timestamp is out of the accepted range."
@@ -228,11 +248,21 @@ class InvalidProducerEpochError(KafkaError):
     description = "The producer epoch is stale."
 
 
+class SecurityDisabledError(KafkaError):
+    code, name = 54, "SECURITY_DISABLED"
+    description = "Security features are disabled."
+
+
 class KafkaStorageError(KafkaError):
     code, name = 56, "KAFKA_STORAGE_ERROR"
     description = "A disk error on the broker."
     retriable = True
     invalid_metadata = True
+
+
+class SaslAuthenticationFailedError(KafkaError):
+    code, name = 58, "SASL_AUTHENTICATION_FAILED"
+    description = "Authentication failed: invalid credentials."
 
 
 class UnknownProducerIdError(KafkaError):
@@ -314,6 +344,16 @@ class InvalidRecordError(KafkaError):
 class ProducerFencedError(KafkaError):
     code, name = 90, "PRODUCER_FENCED"
     description = "A newer producer with this id exists."
+
+
+class ResourceNotFoundError(KafkaError):
+    code, name = 91, "RESOURCE_NOT_FOUND"
+    description = "The resource does not exist."
+
+
+class UnacceptableCredentialError(KafkaError):
+    code, name = 93, "UNACCEPTABLE_CREDENTIAL"
+    description = "The credential is not acceptable."
 
 
 def for_code(code: int) -> type[KafkaError]:

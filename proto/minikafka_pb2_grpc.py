@@ -91,6 +91,46 @@ class KafkaApiStub:
                 request_serializer=proto_dot_minikafka__pb2.DescribeReplicasRequest.SerializeToString,
                 response_deserializer=proto_dot_minikafka__pb2.DescribeReplicasResponse.FromString,
                 _registered_method=True)
+        self.ElectLeaders = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/ElectLeaders',
+                request_serializer=proto_dot_minikafka__pb2.ElectLeadersRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.ElectLeadersResponse.FromString,
+                _registered_method=True)
+        self.AlterPartitionReassignments = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/AlterPartitionReassignments',
+                request_serializer=proto_dot_minikafka__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.AlterPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.ListPartitionReassignments = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/ListPartitionReassignments',
+                request_serializer=proto_dot_minikafka__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.ListPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/CreateAcls',
+                request_serializer=proto_dot_minikafka__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/DescribeAcls',
+                request_serializer=proto_dot_minikafka__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/DeleteAcls',
+                request_serializer=proto_dot_minikafka__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/AlterUserScramCredentials',
+                request_serializer=proto_dot_minikafka__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/DescribeUserScramCredentials',
+                request_serializer=proto_dot_minikafka__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
 
 
 class KafkaApiServicer:
@@ -165,6 +205,54 @@ class KafkaApiServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ElectLeaders(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterPartitionReassignments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPartitionReassignments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KafkaApiServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -222,6 +310,46 @@ def add_KafkaApiServicer_to_server(servicer, server):
                     servicer.DescribeReplicas,
                     request_deserializer=proto_dot_minikafka__pb2.DescribeReplicasRequest.FromString,
                     response_serializer=proto_dot_minikafka__pb2.DescribeReplicasResponse.SerializeToString,
+            ),
+            'ElectLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectLeaders,
+                    request_deserializer=proto_dot_minikafka__pb2.ElectLeadersRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReassignments,
+                    request_deserializer=proto_dot_minikafka__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'ListPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitionReassignments,
+                    request_deserializer=proto_dot_minikafka__pb2.ListPartitionReassignmentsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.ListPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=proto_dot_minikafka__pb2.CreateAclsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=proto_dot_minikafka__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=proto_dot_minikafka__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=proto_dot_minikafka__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=proto_dot_minikafka__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -523,6 +651,222 @@ class KafkaApi:
             '/minikafka.v1.KafkaApi/DescribeReplicas',
             proto_dot_minikafka__pb2.DescribeReplicasRequest.SerializeToString,
             proto_dot_minikafka__pb2.DescribeReplicasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/ElectLeaders',
+            proto_dot_minikafka__pb2.ElectLeadersRequest.SerializeToString,
+            proto_dot_minikafka__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/AlterPartitionReassignments',
+            proto_dot_minikafka__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.AlterPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/ListPartitionReassignments',
+            proto_dot_minikafka__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.ListPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/CreateAcls',
+            proto_dot_minikafka__pb2.CreateAclsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/DescribeAcls',
+            proto_dot_minikafka__pb2.DescribeAclsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/DeleteAcls',
+            proto_dot_minikafka__pb2.DeleteAclsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/AlterUserScramCredentials',
+            proto_dot_minikafka__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/DescribeUserScramCredentials',
+            proto_dot_minikafka__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.DescribeUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

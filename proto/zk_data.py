@@ -40,18 +40,43 @@ MAX_ZNODE_BYTES: Final = 0xFFFFF - 1024
 
 
 @dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One listener of a broker, as registered (Kafka's EndPoint)."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     broker_id: int
+    # The inter-broker listener's address: what the controller and followers connect to.
     host: str
     port: int
     timestamp_ms: int
     rack: str | None = None
     # The czxid of the ephemeral znode: the broker epoch (KIP-380), not part of the JSON.
     epoch: int = -1
+    # Every listener (an old registration without them has one PLAINTEXT listener at host:port).
+    endpoints: tuple[Endpoint, ...] = ()
+    inter_broker_listener: str = "PLAINTEXT"
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def listeners(self) -> tuple[Endpoint, ...]:
+        return self.endpoints or (Endpoint(self.inter_broker_listener, self.host, self.port),)
+
+    def endpoint(self, listener: str) -> Endpoint | None:
+        return next((e for e in self.listeners if e.name == listener), None)
 
 
 class BrokerIdsZNode:
@@ -71,8 +96,9 @@ class BrokerIdZNode:
             "port": reg.port,
             "jmx_port": -1,
             "timestamp": str(reg.timestamp_ms),
-            "endpoints": [f"PLAINTEXT://{reg.host}:{reg.port}"],
-            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "endpoints": [f"{e.name}://{e.host}:{e.port}" for e in reg.listeners],
+            "listener_security_protocol_map": {e.name: e.security_protocol for e in reg.listeners},
+            "inter_broker_listener_name": reg.inter_broker_listener,
             "rack": reg.rack,
         })
 
@@ -81,9 +107,16 @@ class BrokerIdZNode:
         path = BrokerIdZNode.path(broker_id)
         obj = _json(data, path)
         try:
+            protocols = {str(k): str(v) for k, v in (obj.get("listener_security_protocol_map") or {}).items()}
+            endpoints = []
+            for text in obj.get("endpoints") or []:
+                name, _, address = str(text).partition("://")
+                host, _, port = address.rpartition(":")
+                endpoints.append(Endpoint(name, host, int(port), protocols.get(name, "PLAINTEXT")))
             return BrokerRegistration(broker_id, str(obj["host"]), int(obj["port"]), int(obj["timestamp"]),
-                                      obj.get("rack"), epoch)
-        except (KeyError, TypeError, ValueError):
+                                      obj.get("rack"), epoch, tuple(endpoints),
+                                      str(obj.get("inter_broker_listener_name") or "PLAINTEXT"))
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise CorruptZnodeError(f"{path}: bad broker registration {obj!r}") from None
 
 
@@ -324,13 +357,96 @@ class ConfigChangesZNode:
         return _dump({"version": 2, "entity_path": f"topics/{topic}"})
 
     @staticmethod
+    def encode_entity(entity_type: str, name: str) -> bytes:
+        return _dump({"version": 2, "entity_path": f"{entity_type}/{name}"})
+
+    @staticmethod
     def decode(data: bytes) -> str:
+        return ConfigChangesZNode.decode_entity(data)[1]
+
+    @staticmethod
+    def decode_entity(data: bytes) -> tuple[str, str]:
+        """(entity type, name): ("topics", "t") or ("users", "alice")."""
         obj = _json(data, ConfigChangesZNode.PATH)
         try:
             entity = str(obj["entity_path"])
         except (KeyError, TypeError):
             raise CorruptZnodeError(f"{ConfigChangesZNode.PATH}: bad data {obj!r}") from None
-        return entity.split("/", 1)[1] if "/" in entity else entity
+        kind, sep, name = entity.partition("/")
+        return (kind, name) if sep else ("topics", entity)
+
+
+class ConfigUserZNode:
+    """/config/users/[user]: {"version":1,"config":{"SCRAM-SHA-256":"salt=...,stored_key=...,..."}}
+
+    Sensitive: with zookeeper.set.acl only brokers may read it (Kafka's sensitive paths)."""
+
+    PATH: Final = "/config/users"
+
+    @staticmethod
+    def path(user: str) -> str:
+        return f"/config/users/{user}"
+
+    @staticmethod
+    def encode(config: dict[str, str]) -> bytes:
+        return _dump({"version": 1, "config": dict(sorted(config.items()))})
+
+    @staticmethod
+    def decode(user: str, data: bytes) -> dict[str, str]:
+        obj = _json(data, ConfigUserZNode.path(user))
+        try:
+            return {str(k): str(v) for k, v in obj["config"].items()}
+        except (KeyError, TypeError, AttributeError):
+            raise CorruptZnodeError(f"{ConfigUserZNode.path(user)}: bad data {obj!r}") from None
+
+
+# ------------------------------------------------------------------ ACLs (Kafka's AclAuthorizer layout)
+
+
+class AclZNode:
+    """/kafka-acl/[Topic|Group|Cluster]/[name]:
+    {"version":1,"acls":[{"principal":"User:a","permissionType":"Allow","operation":"Read","host":"*"}]}"""
+
+    PATH: Final = "/kafka-acl"
+    RESOURCE_TYPES: Final = ("Topic", "Group", "Cluster")
+
+    @staticmethod
+    def path(resource_type: str, name: str) -> str:
+        return f"/kafka-acl/{resource_type}/{name}"
+
+    @staticmethod
+    def encode(acls: list[tuple[str, str, str, str]]) -> bytes:
+        """(principal, host, operation, permission type) entries."""
+        return _dump({"version": 1, "acls": [
+            {"principal": p, "permissionType": t, "operation": o, "host": h} for p, h, o, t in sorted(acls)]})
+
+    @staticmethod
+    def decode(path: str, data: bytes) -> list[tuple[str, str, str, str]]:
+        obj = _json(data, path)
+        try:
+            return [(str(a["principal"]), str(a["host"]), str(a["operation"]), str(a["permissionType"]))
+                    for a in obj["acls"]]
+        except (KeyError, TypeError):
+            raise CorruptZnodeError(f"{path}: bad ACLs {obj!r}") from None
+
+
+class AclChangesZNode:
+    """/kafka-acl-changes/acl_changes_[seq]: "Topic:name" - which resource's ACLs to reload."""
+
+    PATH: Final = "/kafka-acl-changes"
+    PREFIX: Final = "/kafka-acl-changes/acl_changes_"
+
+    @staticmethod
+    def encode(resource_type: str, name: str) -> bytes:
+        return f"{resource_type}:{name}".encode()
+
+    @staticmethod
+    def decode(data: bytes) -> tuple[str, str]:
+        text = data.decode("utf-8", "replace")
+        kind, sep, name = text.partition(":")
+        if not sep:
+            raise CorruptZnodeError(f"{AclChangesZNode.PATH}: bad change {text!r}")
+        return kind, name
 
 
 # ------------------------------------------------------------------ producer ids and cluster id
@@ -400,9 +516,17 @@ PERSISTENT_PATHS: Final = (
     BrokerIdsZNode.PATH,
     TopicsZNode.PATH,
     "/config/topics",
+    ConfigUserZNode.PATH,
     ConfigChangesZNode.PATH,
     DeleteTopicsZNode.PATH,
     "/admin",
     IsrChangeNotificationZNode.PATH,
     "/cluster",
+    *(f"{AclZNode.PATH}/{t}" for t in AclZNode.RESOURCE_TYPES),
+    AclChangesZNode.PATH,
 )
+
+# With zookeeper.set.acl, what stays writable by everyone (the ZooKeeper consumer groups of S11 are
+# written by clients), and what only brokers may even read (Kafka's sensitive paths: credentials).
+OPEN_PATHS: Final = ("/consumers",)
+SENSITIVE_PATHS: Final = (ConfigUserZNode.PATH,)

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from kazoo.client import KazooClient
 
 from client.connection import ClusterView, Connection
+from client.local_cluster import LocalCluster, ZooKeeperServer
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Record, decode_batches, encode_batch
 
@@ -92,3 +98,96 @@ def leader_of(view: ClusterView, topic: str, partition: int) -> tuple[int, int]:
 def isr_of(view: ClusterView, topic: str, partition: int) -> tuple[int, ...]:
     view.refresh([topic])
     return view.partitions[(topic, partition)].isr
+
+
+def broker_security_args(secrets: Path, broker_id: int, client_port: int, internal_port: int,
+                         zk_digest: tuple[str, str] | None = None) -> list[str]:
+    """``--set`` arguments for a broker started by hand: a CLIENT listener and a mutual-TLS INTERNAL one,
+    with a CA and broker certificate made in ``secrets`` (kept if present), and ZooKeeper ACLs when
+    ``zk_digest`` is given."""
+    from client import certs
+
+    certs.init_ca(secrets)
+    pem = secrets / f"broker-{broker_id}.pem"
+    if not pem.exists():
+        certs.issue(secrets, f"broker-{broker_id}")
+    args = ["--set", f"listeners=CLIENT://127.0.0.1:{client_port},INTERNAL://127.0.0.1:{internal_port}",
+            "--set", "listener.security.protocol.map=CLIENT:PLAINTEXT,INTERNAL:SSL",
+            "--set", "inter.broker.listener.name=INTERNAL",
+            "--set", f"ssl.keystore.location={pem}", "--set", f"ssl.truststore.location={secrets / certs.CA_CERT}"]
+    if zk_digest is not None:
+        digest = secrets / "zookeeper.digest"
+        digest.write_text(":".join(zk_digest))
+        args += ["--set", "zookeeper.set.acl=true", "--set", f"zookeeper.digest.auth.file={digest}"]
+    return args
+
+
+def broker_stub(secrets: Path, as_broker: int, address: str) -> tuple[grpc.Channel, Any]:
+    """A BrokerControl stub speaking as broker ``as_broker`` (its certificate from ``secrets``) to an
+    inter-broker (control-plane) listener, as the controller does."""
+    from proto import minikafka_pb2_grpc as pb_grpc
+    from proto.transport import ChannelSecurity
+
+    security = ChannelSecurity("SSL", ssl_cafile=str(secrets / "ca.pem"),
+                               ssl_certfile=str(secrets / f"broker-{as_broker}.pem"))
+    channel = security.channel(address)
+    return channel, pb_grpc.BrokerControlStub(channel)  # type: ignore[no-untyped-call]
+
+
+# ------------------------------------------------------------------ test clusters
+
+# Short sessions so that failover tests take seconds (ZooKeeper's minimum here is 1000 ms).
+TEST_BROKER_CONFIG = {
+    "zookeeper.session.timeout.ms": "2000",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "100",
+    "controlled.shutdown.retry.backoff.ms": "200",
+    "request.timeout.ms": "5000",
+    "leader.imbalance.check.interval.seconds": "3600",
+    # Tests make small segments on purpose (retention, rolling); production's floor is 1 MiB.
+    "min.segment.bytes": "1024",
+}
+# The ZooKeeper identity test clusters' brokers use (zookeeper.set.acl is on): tests that play the
+# role of an admin tool writing ZooKeeper directly authenticate with it (the zk_client fixture).
+TEST_ZK_DIGEST = ("minikafka", "test-digest-secret")
+
+
+class ClusterFixture:
+    def __init__(self, directory: Path, zk_connect: str) -> None:
+        self.dir = directory
+        self.zk_connect = zk_connect
+        self.cluster: LocalCluster | None = None
+        self._views: list[ClusterView] = []
+
+    def start(self, brokers: int = 3, secure: bool = False, **overrides: str) -> LocalCluster:
+        cfg = dict(TEST_BROKER_CONFIG)
+        cfg.update({k.replace("_", "."): v for k, v in overrides.items()})
+        self.cluster = LocalCluster(self.dir, zookeeper=self.zk_connect, broker_overrides=cfg, zk_digest=TEST_ZK_DIGEST)
+        self.cluster.up(brokers, secure=secure)
+        return self.cluster
+
+    def view(self) -> ClusterView:
+        assert self.cluster is not None and self.cluster.state is not None
+        v = ClusterView(self.cluster.state.bootstrap_servers, timeout_s=5,
+                        security=self.cluster.state.client_security())
+        self._views.append(v)
+        return v
+
+    def stop(self) -> None:
+        for v in self._views:
+            v.close()
+        if self.cluster is not None:
+            self.cluster.down(timeout_s=15)
+
+
+def fresh_chroot(zookeeper: ZooKeeperServer) -> str:
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    client = KazooClient(hosts=zookeeper.connect, timeout=10)
+    client.start(timeout=10)
+    client.ensure_path(chroot)
+    client.stop()
+    client.close()
+    return zookeeper.connect + chroot
+
+

@@ -37,6 +37,7 @@ from client.spark.options import TP, DataLossError, OffsetRange, SparkOptionErro
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.record_batch import TIMESTAMP_TYPE_MASK, decode_batch_fields, iter_headers
+from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 log = logging.getLogger("minikafka.spark")
 E = pb.ErrorCode
@@ -118,9 +119,9 @@ class RangeReadError(RuntimeError):
 
 def read_range(bootstrap_servers: str, rng: OffsetRange, *, include_headers: bool, max_bytes: int,
                fail_on_data_loss: bool, request_timeout_ms: int, retry_timeout_ms: int,
-               arrow_schema: Any) -> Iterator[Any]:
+               arrow_schema: Any, security: ChannelSecurity = PLAINTEXT_SECURITY) -> Iterator[Any]:
     """Every record of ``rng`` exactly once, in offset order, as Arrow RecordBatches (one per fetch)."""
-    view = ClusterView(bootstrap_servers, timeout_s=request_timeout_ms / 1000.0)
+    view = ClusterView(bootstrap_servers, timeout_s=request_timeout_ms / 1000.0, security=security)
     try:
         for cols in _read_columns(view, rng, include_headers=include_headers, max_bytes=max_bytes,
                                   fail_on_data_loss=fail_on_data_loss, retry_timeout_s=retry_timeout_ms / 1000.0):
@@ -261,10 +262,12 @@ def _as_bytes(v: Any, column: str) -> bytes | None:
 
 
 def write_arrow_batches(bootstrap_servers: str, batches: Iterable[Any], default_topic: str | None,
-                        producer_options: dict[str, Any] | None = None) -> int:
+                        producer_options: dict[str, Any] | None = None,
+                        security: ChannelSecurity = PLAINTEXT_SECURITY) -> int:
     """Produce every row of the Arrow batches (acks=all, idempotent); returns the number written."""
-    producer = Producer(bootstrap_servers, acks="all", enable_idempotence=True, **(producer_options or {}))
-    view = ClusterView(bootstrap_servers)
+    producer = Producer(bootstrap_servers, acks="all", enable_idempotence=True, security=security,
+                        **(producer_options or {}))
+    view = ClusterView(bootstrap_servers, security=security)
     known: dict[str, int] = {}
     futures: list[FutureRecordMetadata] = []
     written = 0

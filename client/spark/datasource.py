@@ -59,6 +59,7 @@ from client.spark.options import (
     plan_ranges,
     rate_limit,
     resolve_offsets,
+    security_from,
 )
 
 log = logging.getLogger("minikafka.spark")
@@ -112,10 +113,11 @@ class _RangeReading:
             self.opts.bootstrap_servers, rng, include_headers=self.opts.include_headers,
             max_bytes=self.opts.max_partition_fetch_bytes, fail_on_data_loss=self.opts.fail_on_data_loss,
             request_timeout_ms=self.opts.request_timeout_ms, retry_timeout_ms=self.opts.read_retry_timeout_ms,
-            arrow_schema=arrow_schema)
+            arrow_schema=arrow_schema, security=self.opts.security)
 
     def _view(self) -> ClusterView:
-        return ClusterView(self.opts.bootstrap_servers, timeout_s=self.opts.request_timeout_ms / 1000.0)
+        return ClusterView(self.opts.bootstrap_servers, timeout_s=self.opts.request_timeout_ms / 1000.0,
+                           security=self.opts.security)
 
     def _list(self, view: ClusterView, tps: Sequence[TP], timestamp: int) -> dict[TP, int]:
         if not tps:
@@ -262,17 +264,19 @@ def validate_sink_schema(schema: StructType, topic_option: str | None) -> None:
 class _Sink:
     def __init__(self, options: dict[str, Any], schema: StructType) -> None:
         self.bootstrap = bootstrap_from(options)
+        self.security = security_from(options)
         self.topic = option_value(options, "topic")
         validate_sink_schema(schema, self.topic)
         if self.topic:  # fail fast on the driver, before tasks start
-            view = ClusterView(self.bootstrap)
+            view = ClusterView(self.bootstrap, security=self.security)
             try:
                 cluster_io.check_topics_exist(view, [self.topic])
             finally:
                 view.close()
 
     def write(self, iterator: Iterator[Any]) -> RecordsWritten:
-        return RecordsWritten(cluster_io.write_arrow_batches(self.bootstrap, iterator, self.topic))
+        return RecordsWritten(cluster_io.write_arrow_batches(self.bootstrap, iterator, self.topic,
+                                                             security=self.security))
 
 
 class MinikafkaWriter(_Sink, DataSourceArrowWriter):

@@ -38,6 +38,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
+
 EARLIEST = -2
 LATEST = -1
 
@@ -124,6 +126,7 @@ class SourceOptions:
     max_partition_fetch_bytes: int = 1 << 20
     request_timeout_ms: int = 30_000
     read_retry_timeout_ms: int = 60_000
+    security: ChannelSecurity = PLAINTEXT_SECURITY
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,28 @@ def bootstrap_from(options: Mapping[str, str]) -> str:
         raise SparkOptionError("option 'bootstrap.servers' (or 'kafka.bootstrap.servers') is required, "
                                "e.g. .option('bootstrap.servers', '127.0.0.1:9092')")
     return servers
+
+
+_JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"([^"]*)"')
+
+
+def security_from(options: Mapping[str, str]) -> ChannelSecurity:
+    """TLS and SCRAM from Spark's Kafka-source option names: ``kafka.security.protocol``,
+    ``kafka.ssl.truststore.location`` (the CA, PEM), ``kafka.ssl.keystore.location`` (client
+    certificate and key, PEM), ``kafka.sasl.mechanism`` and the credentials, either
+    ``kafka.sasl.jaas.config`` (``... username="u" password="p";``, as Spark takes them) or
+    ``kafka.sasl.username`` / ``kafka.sasl.password``."""
+    opts = _lower(options)
+    props = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
+    jaas = props.get("sasl.jaas.config")
+    if jaas:
+        fields = dict(_JAAS_FIELD.findall(jaas))
+        props.setdefault("sasl.username", fields.get("username", ""))
+        props.setdefault("sasl.password", fields.get("password", ""))
+    try:
+        return ChannelSecurity.from_properties(props)
+    except ValueError as e:
+        raise SparkOptionError(f"security options: {e}") from None
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
@@ -312,6 +337,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         max_partition_fetch_bytes=_positive_int(opts, "kafka.max.partition.fetch.bytes") or 1 << 20,
         request_timeout_ms=_positive_int(opts, "kafka.request.timeout.ms") or 30_000,
         read_retry_timeout_ms=_positive_int(opts, "readRetryTimeoutMs") or 60_000,
+        security=security_from(opts),
     )
 
 

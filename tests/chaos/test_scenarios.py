@@ -35,8 +35,15 @@ def _epochs(view, zk_client: KazooClient) -> tuple[int, list[int]]:  # type: ign
     return controller, [leader_of(view, "chaos", p)[1] for p in range(PARTITIONS)]
 
 
-def _setup(cluster, **overrides: str):  # type: ignore[no-untyped-def]
-    c = cluster.start(3, **overrides)
+@pytest.fixture(params=[False, True], ids=["mtls", "secure"])
+def secure(request: pytest.FixtureRequest) -> bool:
+    """Every scenario twice: the default cluster (inter-broker plane on mutual TLS, as always) and a
+    `cluster up --secure` one (clients on TLS + SCRAM, ACLs on; the workload runs as the admin)."""
+    return bool(request.param)
+
+
+def _setup(cluster, secure: bool = False, **overrides: str):  # type: ignore[no-untyped-def]
+    c = cluster.start(3, secure=secure, **overrides)
     view = cluster.view()
     res = create_topic(view, "chaos", partitions=PARTITIONS, replication_factor=3,
                        configs={"min.insync.replicas": "2"})
@@ -62,10 +69,10 @@ def _finish(c, view, workload: Workload, zk_client: KazooClient, before: tuple[i
     assert all(now >= then for now, then in zip(leader_epochs, before[1], strict=True))
 
 
-def test_leader_killed_and_restarted_repeatedly(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
-    c, view = _setup(cluster)
+def test_leader_killed_and_restarted_repeatedly(cluster, zk_client: KazooClient, secure: bool) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster, secure)
     before = _epochs(view, zk_client)
-    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS, security=c.state.client_security())
     workload.start()
     for _round in range(5):
         time.sleep(0.5)
@@ -77,10 +84,10 @@ def test_leader_killed_and_restarted_repeatedly(cluster, zk_client: KazooClient)
     _finish(c, view, workload, zk_client, before)
 
 
-def test_controller_killed_and_restarted(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
-    c, view = _setup(cluster)
+def test_controller_killed_and_restarted(cluster, zk_client: KazooClient, secure: bool) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster, secure)
     before = _epochs(view, zk_client)
-    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS, security=c.state.client_security())
     workload.start()
     for _round in range(2):
         time.sleep(0.5)
@@ -93,12 +100,13 @@ def test_controller_killed_and_restarted(cluster, zk_client: KazooClient) -> Non
     _finish(c, view, workload, zk_client, before)
 
 
-def test_both_followers_down_writes_fail_definitely(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
-    c, view = _setup(cluster)
+def test_both_followers_down_writes_fail_definitely(cluster, zk_client: KazooClient, secure: bool) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster, secure)
     before = _epochs(view, zk_client)
     leader = leader_of(view, "chaos", 0)[0]
     # One partition whose leader stays up; no retries, so refusals are definite failures.
-    workload = Workload(c.state.bootstrap_servers, "chaos", 1, producers=1, retries=0)
+    workload = Workload(c.state.bootstrap_servers, "chaos", 1, producers=1, retries=0,
+                        security=c.state.client_security())
     workload.start()
     time.sleep(0.5)
     followers = [b for b in (1, 2, 3) if b != leader]
@@ -132,7 +140,8 @@ def test_negative_control_checker_reports_an_unclean_loss(cluster, zk_client: Ka
     follower = next(r for r in view.partitions[("chaos", 0)].replicas if r != leader)
     c.signal(follower, "KILL")
     wait_for(lambda: isr_of(view, "chaos", 0) == (leader,), timeout_s=20)
-    workload = Workload(c.state.bootstrap_servers, "chaos", 1, producers=1, retries=0)
+    workload = Workload(c.state.bootstrap_servers, "chaos", 1, producers=1, retries=0,
+                        security=c.state.client_security())
     workload.start()
     wait_for(lambda: len(workload.pending) > 200, timeout_s=20)
     c.signal(leader, "KILL")  # the only ISR member: what it acknowledged is now only on its disk
@@ -143,10 +152,10 @@ def test_negative_control_checker_reports_an_unclean_loss(cluster, zk_client: Ka
     assert report.lost or report.unseen, "the checker must see the acknowledged writes the unclean election lost"
 
 
-def test_rolling_restart_with_sigterm_only_retriable_errors(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
-    c, view = _setup(cluster)
+def test_rolling_restart_with_sigterm_only_retriable_errors(cluster, zk_client: KazooClient, secure: bool) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster, secure)
     before = _epochs(view, zk_client)
-    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS, security=c.state.client_security())
     workload.start()
     for b in (1, 2, 3):
         time.sleep(0.3)
@@ -161,10 +170,10 @@ def test_rolling_restart_with_sigterm_only_retriable_errors(cluster, zk_client: 
     _finish(c, view, workload, zk_client, before)
 
 
-def test_paused_leader_past_session_timeout_acknowledges_nothing(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
-    c, view = _setup(cluster)
+def test_paused_leader_past_session_timeout_acknowledges_nothing(cluster, zk_client: KazooClient, secure: bool) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster, secure)
     before = _epochs(view, zk_client)
-    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS, security=c.state.client_security())
     workload.start()
     time.sleep(0.5)
     zombie = leader_of(view, "chaos", 0)[0]
@@ -178,10 +187,10 @@ def test_paused_leader_past_session_timeout_acknowledges_nothing(cluster, zk_cli
     _finish(c, view, workload, zk_client, before)
 
 
-def test_paused_controller_past_session_timeout_changes_nothing(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
-    c, view = _setup(cluster)
+def test_paused_controller_past_session_timeout_changes_nothing(cluster, zk_client: KazooClient, secure: bool) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster, secure)
     before = _epochs(view, zk_client)
-    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS, security=c.state.client_security())
     workload.start()
     time.sleep(0.5)
     old = c.zk_view()
@@ -195,10 +204,11 @@ def test_paused_controller_past_session_timeout_changes_nothing(cluster, zk_clie
     _finish(c, view, workload, zk_client, before)
 
 
-def test_zookeeper_outage_does_not_stop_produce_and_consume(cluster, zookeeper, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
-    c, view = _setup(cluster)
+def test_zookeeper_outage_does_not_stop_produce_and_consume(cluster, zookeeper, zk_client: KazooClient,
+                                                           secure: bool) -> None:  # type: ignore[no-untyped-def]
+    c, view = _setup(cluster, secure)
     before = _epochs(view, zk_client)
-    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS)
+    workload = Workload(c.state.bootstrap_servers, "chaos", PARTITIONS, security=c.state.client_security())
     workload.start()
     time.sleep(0.5)
     os.kill(zookeeper.pid, signal.SIGSTOP)

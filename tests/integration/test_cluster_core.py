@@ -9,7 +9,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import E, batch_of, create_topic, fetch, leader_of, produce, read_values, wait_for
+from helpers import (
+    TEST_ZK_DIGEST,
+    E,
+    batch_of,
+    broker_security_args,
+    broker_stub,
+    create_topic,
+    fetch,
+    leader_of,
+    produce,
+    read_values,
+    wait_for,
+)
 from kazoo.client import KazooClient
 
 from controller.assignment import assign_replicas
@@ -92,33 +104,43 @@ def test_s7_2_leader_kill_elects_isr_member_with_higher_epoch(cluster) -> None: 
 
 
 def test_s7_4_stale_controller_epoch_and_old_leader_epoch_are_refused(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
-    cluster.start(2)
+    c = cluster.start(2)
     view = cluster.view()
     assert create_topic(view, "fenced", partitions=1, replication_factor=2).error_code == E.NONE
     leader, epoch = wait_for(lambda: leader_of(view, "fenced", 0) if leader_of(view, "fenced", 0)[0] >= 0 else None)
     conn, _ = view.leader_connection("fenced", 0)
     controller_epoch = ControllerEpochZNode.decode(zk_client.get("/controller_epoch")[0])
+    controller = c.zk_view()["controller"]
     follower = 2 if leader == 1 else 1
+    leader_epoch_now = zk_client.get(f"/brokers/ids/{leader}")[1].czxid
+    # Speak as the controller itself (its certificate, its id), to the leader's control-plane listener:
+    # the epochs, not the identity, must fence these (S7.4).
+    channel, control = broker_stub(Path(c.state.secrets), controller,
+                                   f"127.0.0.1:{c.broker(leader).internal_port}")
 
     def lai(ctrl_epoch: int, leader_epoch: int) -> pb.LeaderAndIsrRequest:
         # Both try to make the follower the leader: neither may take effect.
-        return pb.LeaderAndIsrRequest(controller_id=99, controller_epoch=ctrl_epoch, broker_epoch=-1,
+        return pb.LeaderAndIsrRequest(controller_id=controller, controller_epoch=ctrl_epoch,
+                                      broker_epoch=leader_epoch_now,
                                       partition_states=[pb.LeaderAndIsrPartitionState(
                                           topic_name="fenced", partition_index=0, controller_epoch=ctrl_epoch,
                                           leader=follower, leader_epoch=leader_epoch, isr=[follower],
                                           zk_version=0, replicas=[1, 2])])
 
-    stale = conn.control.LeaderAndIsr(lai(controller_epoch - 1, epoch + 5), timeout=5)
-    assert stale.error_code == E.STALE_CONTROLLER_EPOCH
-    older = conn.control.LeaderAndIsr(lai(controller_epoch, epoch - 1), timeout=5)
-    assert older.error_code == E.NONE and older.partition_errors[0].error_code == E.FENCED_LEADER_EPOCH
-    # Nothing changed: the leader still leads and takes writes.
-    assert produce(conn, "fenced", 0, batch_of(["still leader"])).error_code == E.NONE
-    assert leader_of(view, "fenced", 0) == (leader, epoch)
-    um = conn.control.UpdateMetadata(pb.UpdateMetadataRequest(controller_id=99, controller_epoch=controller_epoch - 1,
-                                                              broker_epoch=-1),
-                                     timeout=5)
-    assert um.error_code == E.STALE_CONTROLLER_EPOCH
+    try:
+        stale = control.LeaderAndIsr(lai(controller_epoch - 1, epoch + 5), timeout=5)
+        assert stale.error_code == E.STALE_CONTROLLER_EPOCH
+        older = control.LeaderAndIsr(lai(controller_epoch, epoch - 1), timeout=5)
+        assert older.error_code == E.NONE and older.partition_errors[0].error_code == E.FENCED_LEADER_EPOCH
+        # Nothing changed: the leader still leads and takes writes.
+        assert produce(conn, "fenced", 0, batch_of(["still leader"])).error_code == E.NONE
+        assert leader_of(view, "fenced", 0) == (leader, epoch)
+        um = control.UpdateMetadata(pb.UpdateMetadataRequest(controller_id=controller,
+                                                             controller_epoch=controller_epoch - 1,
+                                                             broker_epoch=leader_epoch_now), timeout=5)
+        assert um.error_code == E.STALE_CONTROLLER_EPOCH
+    finally:
+        channel.close()
 
 
 def test_sigterm_is_a_controlled_shutdown(cluster) -> None:  # type: ignore[no-untyped-def]
@@ -181,10 +203,11 @@ def test_produce_fetch_round_trip_and_bad_requests(cluster) -> None:  # type: ig
 def test_a_second_broker_with_a_live_id_refuses_to_start(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     c = cluster.start(1)
     cfg = tmp_path / "dup.properties"
-    cfg.write_text(f"broker.id=1\nlisteners=PLAINTEXT://127.0.0.1:0\nzookeeper.connect={cluster.zk_connect}\n"
+    cfg.write_text(f"broker.id=1\nzookeeper.connect={cluster.zk_connect}\n"
                    f"log.dirs={tmp_path / 'dup-data'}\nzookeeper.session.timeout.ms=2000\n")
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-m", "client.cli", "broker", "--config", str(cfg)], cwd=root,
+    proc = subprocess.run([sys.executable, "-m", "client.cli", "broker", "--config", str(cfg),
+                           *broker_security_args(Path(c.state.secrets), 1, 0, 0, TEST_ZK_DIGEST)], cwd=root,
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert proc.returncode == 1

@@ -15,39 +15,67 @@ from client.local_cluster import BrokerProc, broker_properties
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
+SECURE = ROOT / "docker-compose.secure.yml"
 
 
 def test_compose_file_validates_with_docker_compose() -> None:
     exe = shutil.which("docker-compose")
     assert exe, "docker-compose is installed by `make setup` (scripts/ensure-system-packages.sh)"
-    r = subprocess.run([exe, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    for files in ([COMPOSE], [COMPOSE, SECURE]):
+        r = subprocess.run([exe, *(x for f in files for x in ("-f", str(f))), "config", "-q"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+
+
+def _launcher_keys(secure: bool) -> set[str]:
+    return set(broker_properties(BrokerProc(1, 1, metrics_port=2, internal_port=3), "zk:2181", Path("/d"), 3,
+                                 Path("/s"), secure))
 
 
 def test_compose_brokers_match_the_local_launcher() -> None:
     spec = yaml.safe_load(COMPOSE.read_text())
+    secure_spec = yaml.safe_load(SECURE.read_text())
+    assert "version" not in spec  # obsolete in the Compose specification
     brokers = {name: svc for name, svc in spec["services"].items() if name.startswith("broker-")}
     assert sorted(brokers) == ["broker-1", "broker-2", "broker-3"]
-    launcher_keys = set(broker_properties(BrokerProc(1, 1, metrics_port=2), "zk:2181", Path("/d"), 3))
     parser = build_parser()
     for name, svc in brokers.items():
-        args = parser.parse_args(svc["command"])
-        assert args.command == "broker" and args.config is None
-        props = dict(item.split("=", 1) for item in args.set)
-        cfg = build_config(props)  # every key known, every value valid
-        assert launcher_keys <= set(props), f"{name} lacks {launcher_keys - set(props)}"
-        assert cfg.broker_id == int(name.split("-")[1])
-        assert cfg.zookeeper_connect == "zookeeper:2181"
-        assert props["zookeeper.session.timeout.ms"] == broker_properties(
-            BrokerProc(1, 1), "", Path("/d"), 3)["zookeeper.session.timeout.ms"]
-        host, port = cfg.advertised
-        assert host == name and cfg.listener[1] == port
+        for command, secure in ((svc["command"], False), (secure_spec["services"][name]["command"], True)):
+            args = parser.parse_args(command)
+            assert args.command == "broker" and args.config is None
+            props = dict(item.split("=", 1) for item in args.set)
+            # Certificates exist only at run time: point the checks at stand-ins.
+            for key in ("ssl.keystore.location", "ssl.truststore.location"):
+                assert props[key].startswith("/etc/minikafka/secrets/")
+            cfg = build_config({**props, "ssl.keystore.location": __file__, "ssl.truststore.location": __file__})
+            assert _launcher_keys(secure) <= set(props), f"{name} lacks {_launcher_keys(secure) - set(props)}"
+            assert cfg.broker_id == int(name.split("-")[1])
+            assert cfg.zookeeper_connect == "zookeeper:2181" and cfg.zookeeper_set_acl
+            assert props["zookeeper.session.timeout.ms"] == broker_properties(
+                BrokerProc(1, 1), "", Path("/d"), 3, Path("/s"))["zookeeper.session.timeout.ms"]
+            assert cfg.authorizer_enabled == secure
+            client = next(x for x in cfg.advertised_listener_list if x.name == "CLIENT")
+            internal = next(x for x in cfg.advertised_listener_list if x.name == "INTERNAL")
+            assert client.host == internal.host == name
+            assert client.security_protocol == ("SASL_SSL" if secure else "PLAINTEXT")
+            assert cfg.inter_broker_listener.name == "INTERNAL" and internal.security_protocol == "SSL"
         published = {str(p) for p in svc["ports"]}
-        assert f"{port}:{port}" in published and f"{cfg.metrics_port}" in {p.split(":")[1] for p in published}
-        assert svc["healthcheck"]["test"][-1] == f"127.0.0.1:{port}"
+        # Only the client listener, and only on the host's loopback; never INTERNAL nor metrics.
+        assert published == {f"127.0.0.1:{client.port}:{client.port}"}
+        assert svc["healthcheck"]["test"][-1] == f"127.0.0.1:{client.port}"
         assert any(v.endswith(":" + str(cfg.log_dir_paths[0])) for v in svc["volumes"])
+        assert "secrets:/etc/minikafka/secrets:ro" in svc["volumes"]
+    # Everything that depends on another service waits for it to be healthy (or done).
+    for name, svc in spec["services"].items():
+        for dep, cond in (svc.get("depends_on") or {}).items():
+            assert cond["condition"] in ("service_healthy", "service_completed_successfully"), (name, dep)
+    init = parser.parse_args(spec["services"]["secrets"]["command"])
+    assert init.command == "certs" and init.brokers == "1,2,3" and init.zookeeper_digest
+    boot = parser.parse_args(secure_spec["services"]["bootstrap-admin"]["command"])
+    assert boot.command == "users" and boot.add == "admin" and boot.zookeeper_bootstrap == "zookeeper:2181"
     demo = parser.parse_args(spec["services"]["demo"]["command"])
     assert demo.command == "demo" and demo.what == "cluster"
+    assert "python:3.11-slim-bookworm" in (ROOT / "Dockerfile").read_text()
 
 
 def test_compose_spark_job_runs_a_real_job_with_valid_arguments() -> None:

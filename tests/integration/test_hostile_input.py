@@ -16,8 +16,18 @@ from pathlib import Path
 import grpc
 import pytest
 import zstandard
-from conftest import ClusterFixture, _fresh_chroot
-from helpers import E, batch_of, create_topic, fetch, leader_of, produce, read_values, wait_for
+from helpers import (
+    ClusterFixture,
+    E,
+    batch_of,
+    create_topic,
+    fetch,
+    fresh_chroot,
+    leader_of,
+    produce,
+    read_values,
+    wait_for,
+)
 
 from client.connection import Connection
 from client.consumer import Consumer, CorruptRecordError, TopicPartition
@@ -70,7 +80,7 @@ def metric(c: LocalCluster, broker_id: int, name: str) -> float:
 @pytest.fixture(scope="module")
 def hostile(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterFixture]:
     """One 3-broker cluster the probes share: they must not hurt it, and each checks that."""
-    fx = ClusterFixture(tmp_path_factory.mktemp("hostile") / "cluster", _fresh_chroot(zookeeper))
+    fx = ClusterFixture(tmp_path_factory.mktemp("hostile") / "cluster", fresh_chroot(zookeeper))
     fx.start(3, fetch_purgatory_max_requests="5")
     yield fx
     fx.stop()

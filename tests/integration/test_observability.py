@@ -12,10 +12,20 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from helpers import E, batch_of, create_topic, isr_of, leader_of, produce, wait_for
+from helpers import (
+    TEST_ZK_DIGEST,
+    E,
+    batch_of,
+    broker_security_args,
+    create_topic,
+    isr_of,
+    leader_of,
+    produce,
+    wait_for,
+)
 from kazoo.client import KazooClient
 
-from client.local_cluster import free_port
+from client.local_cluster import free_ports
 from client.top import snapshot
 
 pytestmark = pytest.mark.integration
@@ -60,9 +70,10 @@ def test_health_is_serving_only_after_registration(tmp_path: Path, zk_connect: s
     # Another session holds broker id 7: the new broker serves gRPC but cannot register yet.
     zk_client.create("/brokers/ids/7", b'{"version":4,"host":"x","port":1,"timestamp":"0"}', ephemeral=True,
                      makepath=True)
-    port = free_port()
+    port, internal = free_ports(2)
     proc = subprocess.Popen([sys.executable, "-m", "client.cli", "broker", "--set", "broker.id=7",
-                             "--set", f"listeners=PLAINTEXT://127.0.0.1:{port}", "--set", f"zookeeper.connect={zk_connect}",
+                             *broker_security_args(tmp_path / "secrets", 7, port, internal, TEST_ZK_DIGEST),
+                             "--set", f"zookeeper.connect={zk_connect}",
                              "--set", f"log.dirs={tmp_path / 'data'}", "--set", "zookeeper.session.timeout.ms=20000"],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

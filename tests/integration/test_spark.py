@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ClusterFixture
-from helpers import wait_for
+from helpers import ClusterFixture, wait_for
 
 from client.admin import AdminClient, NewTopic
 from client.producer import Producer

@@ -8,7 +8,11 @@ import pytest
 
 from broker.config import ConfigError, build_config, load_config, parse_listener, parse_properties
 
-BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/a,/tmp/b"}
+PEM = str(Path(__file__))  # any readable file will do for the config checks (TLS reads it later)
+BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/a,/tmp/b",
+        "listeners": "CLIENT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:SSL", "inter.broker.listener.name": "INTERNAL",
+        "ssl.keystore.location": PEM, "ssl.truststore.location": PEM}
 
 
 def test_kafka_defaults() -> None:
@@ -25,11 +29,32 @@ def test_kafka_defaults() -> None:
 def test_overrides_and_derived_settings(tmp_path: Path) -> None:
     f = tmp_path / "server.properties"
     f.write_text("# a comment\nbroker.id=3\nzookeeper.connect: zk:2181/kafka\nlog.dir=/data\n"
-                 "listeners=PLAINTEXT://0.0.0.0:9093\nlog.retention.hours=1\n")
-    cfg = load_config(f, ["advertised.listeners=PLAINTEXT://broker-3:9093", "log.roll.ms=1000"])
-    assert cfg.broker_id == 3 and cfg.listener == ("0.0.0.0", 9093) and cfg.advertised == ("broker-3", 9093)
+                 "listeners=CLIENT://0.0.0.0:9093,INTERNAL://0.0.0.0:19093\nlog.retention.hours=1\n"
+                 "listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SSL\ninter.broker.listener.name=INTERNAL\n"
+                 f"ssl.keystore.location={PEM}\nssl.truststore.location={PEM}\n")
+    cfg = load_config(f, ["advertised.listeners=CLIENT://broker-3:9093,INTERNAL://broker-3:19093", "log.roll.ms=1000"])
+    assert cfg.broker_id == 3
+    assert [(x.name, x.host, x.port, x.security_protocol) for x in cfg.listener_list] == [
+        ("CLIENT", "0.0.0.0", 9093, "SASL_SSL"), ("INTERNAL", "0.0.0.0", 19093, "SSL")]
+    assert [(x.name, x.host, x.port) for x in cfg.advertised_listener_list] == [
+        ("CLIENT", "broker-3", 9093), ("INTERNAL", "broker-3", 19093)]
+    assert cfg.inter_broker_listener.name == cfg.control_plane_listener.name == "INTERNAL"
     assert cfg.default_log_config().retention_ms == 3600 * 1000
     assert cfg.default_log_config().segment_ms == 1000
+
+
+def test_s12_1_the_inter_broker_plane_is_tls() -> None:
+    # Kafka's default single PLAINTEXT listener would leave the control plane open: refused.
+    with pytest.raises(ConfigError, match="must use SSL"):
+        build_config({k: v for k, v in BASE.items() if not k.startswith(("listener", "inter", "ssl"))})
+    with pytest.raises(ConfigError, match="must use SSL"):
+        build_config({**BASE, "inter.broker.listener.name": "CLIENT"})
+    with pytest.raises(ConfigError, match=r"ssl\.keystore\.location"):
+        build_config({**BASE, "ssl.keystore.location": "/nonexistent.pem"})
+    with pytest.raises(ConfigError, match=r"control\.plane\.listener\.name"):
+        build_config({**BASE, "control.plane.listener.name": "CLIENT"})
+    with pytest.raises(ConfigError, match=r"zookeeper\.digest\.auth\.file"):
+        build_config({**BASE, "zookeeper.set.acl": "true"})
 
 
 @pytest.mark.parametrize("props, message", [
@@ -38,8 +63,9 @@ def test_overrides_and_derived_settings(tmp_path: Path) -> None:
     ({**BASE, "replica.lag.time.max.ms": "soon"}, "replica.lag.time.max.ms"),
     ({**BASE, "unclean.leader.election.enable": "yes"}, "unclean.leader.election.enable"),
     ({**BASE, "no.such.setting": "1"}, "unknown broker config 'no.such.setting'"),
-    ({**BASE, "listeners": "SSL://h:1"}, "only PLAINTEXT"),
-    ({**BASE, "listeners": "PLAINTEXT://h:port"}, "listeners"),
+    ({**BASE, "listeners": "CLIENT://h:1,OTHER://h:2"}, "OTHER"),
+    ({**BASE, "listeners": "CLIENT://h:port"}, "listeners"),
+    ({**BASE, "listener.security.protocol.map": "CLIENT:TLS"}, "listener.security.protocol.map"),
     ({**BASE, "log.segment.bytes": "3"}, "log.segment.bytes"),
 ])
 def test_bad_configs_name_the_key(props: dict[str, str], message: str) -> None:
@@ -49,7 +75,7 @@ def test_bad_configs_name_the_key(props: dict[str, str], message: str) -> None:
 
 def test_properties_parser() -> None:
     assert parse_properties("a=1\n! bang comment\n\nb : two words\n") == {"a": "1", "b": "two words"}
-    with pytest.raises(ConfigError):
+    with pytest.raises(ValueError):
         parse_properties("just a line")
     assert parse_listener("127.0.0.1:0") == ("127.0.0.1", 0)
     with pytest.raises(ConfigError):
