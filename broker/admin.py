@@ -39,11 +39,11 @@ from broker.security.authorizer import (
 from broker.security.gatekeeper import Gatekeeper
 from broker.security.principal import LOCAL_CLIENT, RequestContext
 from controller.assignment import assign_replicas, validate_manual_assignment
-from controller.zk_client import KafkaZkClient
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.names import ILLEGAL_GROUP_CHARS, validate_group_id, validate_topic_name
 from proto.scram import MAX_ITERATIONS, MECHANISM, MIN_ITERATIONS, credential_from_salted
+from proto.zk_client import KafkaZkClient
 from proto.zk_data import MAX_ZNODE_BYTES, ConfigTopicZNode, TopicPartitionId, TopicZNode
 
 E = pb.ErrorCode

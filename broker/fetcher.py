@@ -7,6 +7,10 @@ followers first ask the leader OffsetsForLeaderEpoch and truncate where the
 pure core says (SPEC S8.3 - never to the high watermark), then join the
 fetch. Partitions are added and removed as LeaderAndIsr requests arrive,
 without restarting the others.
+
+The fetcher owns the network loop and the policy (when to ask, where to cut);
+every truncation and every append it decides on is made by the partition's
+``broker.replication.partition.Partition``, the only owner of the log.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from dataclasses import dataclass
 import grpc
 
 from broker.observability import event
-from broker.replica_manager import FetcherManagerProtocol, Partition, ReplicaManager, TopicPartition, now_ms
-from broker.replication.state import truncation_offset
+from broker.replica_manager import FetcherManagerProtocol, ReplicaManager, now_ms
+from broker.replication.partition import Partition, TopicPartition
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import CHANNEL_OPTIONS
@@ -115,7 +119,7 @@ class ReplicaFetcher:
             t = req.topics.add(topic=topic)
             for part, s in parts:
                 t.partitions.add(partition=part, current_leader_epoch=s.leader_epoch,
-                                 leader_epoch=s.partition.log.latest_epoch)
+                                 leader_epoch=s.partition.latest_epoch)
         resp = await self._stub.OffsetsForLeaderEpoch(req, timeout=self.settings.request_timeout_ms / 1000.0)
         for tr in resp.topics:
             for r in tr.partitions:
@@ -127,17 +131,17 @@ class ReplicaFetcher:
                     # The leader does not know it leads yet (or has moved on): try again shortly.
                     st.delayed_until_ms = now_ms() + self.settings.backoff_ms
                     continue
-                lg = st.partition.log
-                decision = truncation_offset(lg.epoch_cache, lg.log_end_offset, r.leader_epoch, r.end_offset)
+                p = st.partition
+                decision = p.follower_truncation_offset(r.leader_epoch, r.end_offset)
                 st.rounds += 1
-                if decision.offset < lg.log_end_offset:
+                if decision.offset < p.log_end_offset:
                     log.info("%s-%d: truncating from %d to %d (leader %d says epoch %d ends at %d; "
-                             "local high watermark %d is not used)", tp[0], tp[1], lg.log_end_offset,
+                             "local high watermark %d is not used)", tp[0], tp[1], p.log_end_offset,
                              decision.offset, self.leader.broker_id, r.leader_epoch, r.end_offset,
-                             lg.high_watermark, extra=event("truncation", *tp))
-                    lg.truncate_to(decision.offset)
+                             p.high_watermark, extra=event("truncation", *tp))
+                    p.truncate_to(decision.offset)
                 if not decision.completed:
-                    lg.epoch_cache.truncate_from_end(decision.offset)
+                    p.truncate_epochs_from_end(decision.offset)  # checkpointed (issue 14 item 8)
                 if decision.completed or st.rounds >= MAX_TRUNCATION_ROUNDS:
                     st.truncating = False
 
@@ -154,8 +158,8 @@ class ReplicaFetcher:
             ft = req.topics.add(name=topic)
             for part, s in parts:
                 ft.partitions.add(partition=part, current_leader_epoch=s.leader_epoch,
-                                  fetch_offset=s.partition.log.log_end_offset,
-                                  log_start_offset=s.partition.log.log_start_offset,
+                                  fetch_offset=s.partition.log_end_offset,
+                                  log_start_offset=s.partition.log_start_offset,
                                   partition_max_bytes=self.settings.fetch_max_bytes)
         timeout = (self.settings.fetch_max_wait_ms + self.settings.request_timeout_ms) / 1000.0
         resp = await self._stub.Fetch(req, timeout=timeout)
@@ -168,7 +172,7 @@ class ReplicaFetcher:
                 self._process(tp, st, r)
 
     def _process(self, tp: TopicPartition, st: FetchState, r: pb.FetchPartitionResponse) -> None:
-        lg = st.partition.log
+        p = st.partition
         if r.error_code == E.NONE:
             try:
                 self.rm.on_follower_data(st.partition, r.records, r.high_watermark)
@@ -178,15 +182,15 @@ class ReplicaFetcher:
                 st.rounds = 0
             return
         if r.error_code == E.OFFSET_OUT_OF_RANGE:
-            if r.log_end_offset >= 0 and lg.log_end_offset > r.log_end_offset:
+            if r.log_end_offset >= 0 and p.log_end_offset > r.log_end_offset:
                 # Only after an unclean election can the leader be behind us.
                 log.warning("%s-%d: leader %d ends at %d below our %d; truncating", tp[0], tp[1],
-                            self.leader.broker_id, r.log_end_offset, lg.log_end_offset)
-                lg.truncate_to(r.log_end_offset)
-            elif r.log_start_offset > lg.log_end_offset:
+                            self.leader.broker_id, r.log_end_offset, p.log_end_offset)
+                p.truncate_to(r.log_end_offset)
+            elif r.log_start_offset > p.log_end_offset:
                 log.info("%s-%d: leader starts at %d beyond our end %d; restarting the log there", tp[0], tp[1],
-                         r.log_start_offset, lg.log_end_offset)
-                lg.truncate_fully_and_start_at(r.log_start_offset)
+                         r.log_start_offset, p.log_end_offset)
+                p.truncate_fully_and_start_at(r.log_start_offset)
             return
         st.delayed_until_ms = now_ms() + self.settings.backoff_ms
 

@@ -16,7 +16,7 @@ from broker.config import ConfigError, load_config
 from broker.log.manager import LogDirLockedError
 from broker.observability import JsonFormatter
 from broker.server import KafkaServer
-from controller.zk_client import BrokerIdInUseError
+from proto.zk_client import BrokerIdInUseError
 
 
 def add_parser(sub: Any) -> None:
@@ -48,7 +48,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: Any) -> int:
-    server = KafkaServer(config)
+    try:
+        # The server builds its collaborators here: a bad zookeeper.digest.auth.file fails now.
+        server = KafkaServer(config)
+    except Exception as e:
+        logging.getLogger("broker").exception("cannot start")
+        print(f"error: broker failed to start: {e}", file=sys.stderr)
+        return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,12 +1,13 @@
-"""The broker's replicas: leadership changes, produce, fetch (Kafka's ReplicaManager + Partition).
+"""The broker's replicas: leadership changes, produce, fetch (Kafka's ReplicaManager).
 
-This is the imperative shell around ``broker.replication.state``: it owns the
-logs, applies LeaderAndIsr / StopReplica from the controller (fenced by
-controller epoch and leader epoch, SPEC S7.4), appends produced batches,
-serves consumer and follower fetches through the purgatory, and carries out
-the ISR changes the pure core proposes by writing the partition state znode
-conditionally on its zk_version. It runs on the broker's asyncio loop;
-ZooKeeper calls go to a worker thread.
+This is the imperative shell around ``broker.replication.partition``: it keeps
+one ``Partition`` per hosted replica (which alone appends, truncates and moves
+the high watermark), applies LeaderAndIsr / StopReplica from the controller
+(fenced by controller epoch and leader epoch, SPEC S7.4), answers produce and
+fetch requests through the purgatories, and carries out the ISR changes the
+partitions propose by writing the partition state znode conditionally on its
+zk_version. It runs on the broker's asyncio loop; ZooKeeper calls go to a
+worker thread.
 """
 
 from __future__ import annotations
@@ -18,24 +19,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.log.config import LogConfig
-from broker.log.log import Log
 from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.observability import event
 from broker.purgatory import Purgatory
-from broker.replication.state import LeaderState, follower_high_watermark
+from broker.replication.partition import Partition, TopicPartition
+from broker.replication.state import (
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    NOT_LEADER,
+    TIMED_OUT,
+    WAIT,
+    adopt_after_isr_conflict,
+)
 from broker.request_guard import ByteBudget, error_message, judge_partitions
 from broker.security.authorizer import CLUSTER, CLUSTER_NAME, TOPIC
 from broker.security.principal import LOCAL_CLIENT, RequestContext
-from controller.zk_client import KafkaZkClient
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.names import MAX_PARTITION, topic_name_error
+from proto.zk_client import KafkaZkClient
 from proto.zk_data import NO_LEADER, LeaderAndIsr, LeaderIsrAndControllerEpoch, TopicPartitionId
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
+__all__ = ["BrokerSettings", "FetcherManagerProtocol", "Partition", "ReplicaManager", "TopicPartition", "now_ms"]
+
 E = pb.ErrorCode
 # Kafka's DebuggingConsumerId: a fetch that may read a follower's replica.
 DEBUGGING_REPLICA_ID = -2
@@ -43,32 +51,6 @@ DEBUGGING_REPLICA_ID = -2
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass
-class Partition:
-    topic: str
-    partition: int
-    log: Log
-    leader_id: int = NO_LEADER
-    leader_epoch: int = -1
-    replicas: tuple[int, ...] = ()
-    isr: tuple[int, ...] = ()
-    zk_version: int = -1
-    controller_epoch: int = 0
-    leader_state: LeaderState | None = None
-
-    @property
-    def tp(self) -> TopicPartition:
-        return (self.topic, self.partition)
-
-    @property
-    def is_leader(self) -> bool:
-        return self.leader_state is not None
-
-    @property
-    def high_watermark(self) -> int:
-        return self.log.high_watermark
 
 
 @dataclass
@@ -154,39 +136,32 @@ class ReplicaManager:
             return E.UNKNOWN_TOPIC_OR_PARTITION
         if p is None:
             cfg = self.topic_config(tp[0])
-            p = Partition(tp[0], tp[1], self.log_manager.get_or_create_log(tp[0], tp[1], now_ms(), cfg))
+            p = Partition(tp[0], tp[1], self.log_manager.get_or_create_log(tp[0], tp[1], now_ms(), cfg),
+                          self.broker_id)
             self.partitions[tp] = p
-        p.leader_epoch = s.leader_epoch
-        p.replicas = tuple(s.replicas)
-        p.isr = tuple(s.isr)
-        p.zk_version = s.zk_version
-        p.controller_epoch = s.controller_epoch
-        p.leader_id = s.leader
         if s.leader == self.broker_id:
-            self._make_leader(p)
+            self._make_leader(p, s)
         else:
-            self._make_follower(p, endpoints.get(s.leader))
+            self._make_follower(p, s, endpoints.get(s.leader))
         self.fetch_purgatory.notify(tp)
         self.produce_purgatory.notify(tp)
         return E.NONE
 
-    def _make_leader(self, p: Partition) -> None:
+    def _make_leader(self, p: Partition, s: pb.LeaderAndIsrPartitionState) -> None:
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partitions([p.tp])
-        t = now_ms()
-        # S8.2: the new leader records where its epoch starts before any write.
-        p.log.assign_epoch_start_offset(p.leader_epoch, p.log.log_end_offset)
-        p.leader_state = LeaderState(local_id=self.broker_id, leader_epoch=p.leader_epoch, replicas=p.replicas,
-                                     isr=p.isr, zk_version=p.zk_version, high_watermark=p.log.high_watermark,
-                                     log_end_offset=p.log.log_end_offset, now_ms=t)
-        if p.leader_state.maybe_increment_high_watermark(t, self.settings.replica_lag_time_max_ms):
-            p.log.update_high_watermark(p.leader_state.high_watermark)
+        # A moved HW wakes no one yet: the caller notifies both purgatories after any change.
+        p.make_leader(controller_epoch=s.controller_epoch, leader_epoch=s.leader_epoch, replicas=s.replicas,
+                      isr=s.isr, zk_version=s.zk_version, now_ms=now_ms(),
+                      lag_max_ms=self.settings.replica_lag_time_max_ms)
         log.info("%s-%d: became leader at epoch %d, isr %s, log end %d, high watermark %d",
                  p.topic, p.partition, p.leader_epoch, list(p.isr), p.log.log_end_offset, p.log.high_watermark,
                  extra=event("became_leader", *p.tp, leader_epoch=p.leader_epoch))
 
-    def _make_follower(self, p: Partition, leader: pb.BrokerEndpoint | None) -> None:
-        p.leader_state = None
+    def _make_follower(self, p: Partition, s: pb.LeaderAndIsrPartitionState,
+                       leader: pb.BrokerEndpoint | None) -> None:
+        p.make_follower(controller_epoch=s.controller_epoch, leader_id=s.leader, leader_epoch=s.leader_epoch,
+                        replicas=s.replicas, isr=s.isr, zk_version=s.zk_version)
         if self.fetcher_manager is None:
             return
         self.fetcher_manager.remove_partitions([p.tp])
@@ -199,12 +174,8 @@ class ReplicaManager:
         self.fetcher_manager.add_partition(p, leader)
 
     def _set_isr(self, p: Partition, isr: tuple[int, ...], zk_version: int) -> None:
-        p.isr = isr
-        p.zk_version = zk_version
-        if p.leader_state is not None:
-            t = now_ms()
-            if p.leader_state.on_isr_committed(isr, zk_version, t, self.settings.replica_lag_time_max_ms):
-                self._on_high_watermark_moved(p)
+        if p.on_isr_committed(isr, zk_version, now_ms(), self.settings.replica_lag_time_max_ms):
+            self._on_high_watermark_moved(p)
 
     def handle_stop_replica(self, req: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
         if not self._check_controller_epoch(req.controller_epoch, "StopReplica"):
@@ -224,7 +195,7 @@ class ReplicaManager:
                 if self.fetcher_manager is not None:
                     self.fetcher_manager.remove_partitions([tp])
                 if p is not None:
-                    p.leader_state = None
+                    p.stop_leading()
                     if sp.delete_partition:
                         del self.partitions[tp]
                 if sp.delete_partition:
@@ -300,15 +271,8 @@ class ReplicaManager:
         for attempt in range(2):
             try:
                 p = self._leader_partition(topic, pd.partition)
-                state = p.leader_state
-                assert state is not None
-                min_isr = p.log.config.min_insync_replicas
-                if acks == -1 and len(state.isr) < min_isr:
-                    raise errors.NotEnoughReplicasError(
-                        f"{topic}-{pd.partition}: ISR {list(state.isr)} is smaller than "
-                        f"min.insync.replicas={min_isr}")
-                info = p.log.append_as_leader(pd.records, p.leader_epoch, now_ms(),
-                                              max_producer_id=self.max_allocated_producer_id)
+                result = p.append_as_leader(pd.records, acks, now_ms(), self.settings.replica_lag_time_max_ms,
+                                            max_producer_id=self.max_allocated_producer_id)
             except errors.UnknownProducerIdError as e:
                 if attempt == 0 and await self._refresh_producer_id_bound():
                     continue  # nothing was written: try again against the fresh bound
@@ -326,11 +290,11 @@ class ReplicaManager:
                 pr.error_code, pr.error_message = E.UNKNOWN_SERVER_ERROR, f"append failed: {e!r}"
                 return None
             break
-        assert state is not None
+        info = result.info
         pr.base_offset = info.first_offset
         pr.log_append_time_ms = info.log_append_time_ms
         pr.log_start_offset = info.log_start_offset
-        if state.on_local_append(p.log.log_end_offset, now_ms(), self.settings.replica_lag_time_max_ms):
+        if result.high_watermark_moved:
             self._on_high_watermark_moved(p)
         self.fetch_purgatory.notify(p.tp)
         if acks == -1:
@@ -359,32 +323,28 @@ class ReplicaManager:
                           timeout_ms: int) -> None:
         """The delayed produce of acks=all: done when the HW passed every batch (S5.1)."""
 
-        def settled(item: tuple[Partition, pb.ProducePartitionResponse, int, int]) -> bool:
-            p, _pr, required, epoch = item
-            if p.leader_state is None or p.leader_epoch != epoch:
-                return True  # no longer leader: answered below
-            return p.leader_state.high_watermark >= required
+        def outcome(item: tuple[Partition, pb.ProducePartitionResponse, int, int], timed_out: bool) -> str:
+            p, _pr, required, _epoch = item
+            return p.delayed_produce_outcome(required, timed_out)
 
         await self.produce_purgatory.wait_until([p.tp for p, *_ in pending],
-                                                lambda: all(settled(i) for i in pending), timeout_ms / 1000.0)
-        for p, pr, required, epoch in pending:
-            st = p.leader_state
-            if st is None or p.leader_epoch != epoch:
-                if p.log.high_watermark < required:
-                    pr.error_code = E.NOT_LEADER_OR_FOLLOWER
-                    pr.error_message = "leadership moved before the records were committed"
-                continue
-            decision = st.check_enough_replicas_reach(required, p.log.config.min_insync_replicas)
-            if not decision.done:
+                                                lambda: all(outcome(i, False) != WAIT for i in pending),
+                                                timeout_ms / 1000.0)
+        for item in pending:
+            p, pr, required, _epoch = item
+            result = outcome(item, True)
+            if result == NOT_LEADER:
+                pr.error_code = E.NOT_LEADER_OR_FOLLOWER
+                pr.error_message = "leadership moved before the records were committed"
+            elif result == TIMED_OUT:
                 pr.error_code = E.REQUEST_TIMED_OUT
-                pr.error_message = f"the ISR {list(st.isr)} did not replicate up to {required} in time"
-            elif decision.not_enough_replicas:
+                pr.error_message = f"the ISR {list(p.isr)} did not replicate up to {required} in time"
+            elif result == NOT_ENOUGH_REPLICAS_AFTER_APPEND:
                 pr.error_code = E.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                pr.error_message = f"ISR shrank to {list(st.isr)} below min.insync.replicas"
+                pr.error_message = f"ISR shrank to {list(p.isr)} below min.insync.replicas"
 
     def _on_high_watermark_moved(self, p: Partition) -> None:
-        if p.leader_state is not None:
-            p.log.update_high_watermark(p.leader_state.high_watermark)
+        """``p`` already moved its HW: wake the produces and fetches waiting on it."""
         self.produce_purgatory.notify(p.tp)
         self.fetch_purgatory.notify(p.tp)
 
@@ -462,7 +422,7 @@ class ReplicaManager:
                 if not ok:
                     continue
                 p = self.partitions.get((td.name, fp.partition))
-                if p is None or p.leader_state is None:
+                if p is None or not p.is_leader:
                     return True  # an error to report
                 epoch = _epoch_of(fp)
                 if epoch >= 0 and epoch != p.leader_epoch:
@@ -482,24 +442,22 @@ class ReplicaManager:
             for fp in td.partitions:
                 ok = verdicts[i] == E.NONE
                 i += 1
-                if not ok:
-                    continue
+                if not ok or fp.partition_max_bytes < 0:
+                    continue  # answered with an error below: not counted
                 p = self.partitions.get((td.name, fp.partition))
-                if p is None or p.leader_state is None:
+                if p is None:
                     continue
-                epoch = _epoch_of(fp)
-                if epoch >= 0 and epoch != p.leader_epoch:
+                try:
+                    # Validated first (replica, epoch, offset within the log), the same checks the read
+                    # makes: a refused fetch moves neither HW nor ISR.
+                    result = p.record_follower_fetch(req.replica_id, fp.fetch_offset, _epoch_of(fp), t, lag)
+                except errors.KafkaError:
                     continue
-                if req.replica_id not in p.replicas or fp.fetch_offset < 0 \
-                        or fp.fetch_offset > p.log.log_end_offset:
-                    # Not a replica of this partition, or an offset the leader never wrote: it proves
-                    # nothing about how far the follower has copied, so it moves neither HW nor ISR.
-                    continue
-                moved, expand = p.leader_state.on_follower_fetch(req.replica_id, fp.fetch_offset, t, lag)
-                if moved:
+                if result.high_watermark_moved:
                     self._on_high_watermark_moved(p)
-                if expand is not None:
-                    self._write_isr(p, expand.new_isr, expand.expected_zk_version, expand.reason)
+                change = result.isr_change
+                if change is not None:
+                    self._write_isr(p, change.new_isr, change.expected_zk_version, change.reason)
 
     def _read_fetch(self, req: pb.FetchRequest, follower: bool,
                     verdicts: list[pb.ErrorCode]) -> tuple[pb.FetchResponse, int, bool]:
@@ -524,10 +482,10 @@ class ReplicaManager:
                     if fp.partition_max_bytes < 0:
                         raise errors.InvalidFetchSizeError(f"partition_max_bytes {fp.partition_max_bytes} < 0")
                     p = self._leader_partition(td.name, fp.partition)
-                    if follower and req.replica_id not in p.replicas:
-                        raise errors.NotLeaderOrFollowerError(
-                            f"broker {req.replica_id} is not a replica of {td.name}-{fp.partition}")
-                    self._check_leader_epoch(p, _epoch_of(fp))
+                    if follower:
+                        p.validate_follower_fetch(req.replica_id, fp.fetch_offset, _epoch_of(fp))
+                    else:
+                        p.check_leader_epoch(_epoch_of(fp))
                     lg = p.log
                     pr.leader_epoch = p.leader_epoch
                     pr.high_watermark = lg.high_watermark
@@ -591,16 +549,6 @@ class ReplicaManager:
                 budget -= len(pr.records)
         return resp
 
-    def _check_leader_epoch(self, p: Partition, current_leader_epoch: int) -> None:
-        if current_leader_epoch < 0:
-            return
-        if current_leader_epoch < p.leader_epoch:
-            raise errors.FencedLeaderEpochError(
-                f"{p.topic}-{p.partition}: epoch {current_leader_epoch} is older than {p.leader_epoch}")
-        if current_leader_epoch > p.leader_epoch:
-            raise errors.UnknownLeaderEpochError(
-                f"{p.topic}-{p.partition}: epoch {current_leader_epoch} is newer than {p.leader_epoch}")
-
     # ------------------------------------------------------------ offsets
 
     def handle_list_offsets(self, req: pb.ListOffsetsRequest,
@@ -621,7 +569,7 @@ class ReplicaManager:
                     continue
                 try:
                     p = self._leader_partition(td.name, lp.partition)
-                    self._check_leader_epoch(p, _epoch_of(lp))
+                    p.check_leader_epoch(_epoch_of(lp))
                     lg = p.log
                     bound = lg.log_end_offset if as_replica else lg.high_watermark
                     pr.leader_epoch = p.leader_epoch
@@ -656,8 +604,8 @@ class ReplicaManager:
                     continue
                 try:
                     p = self._leader_partition(td.topic, op.partition)
-                    self._check_leader_epoch(p, _epoch_of(op))
-                    epoch, end = p.log.end_offset_for_epoch(op.leader_epoch)
+                    p.check_leader_epoch(_epoch_of(op))
+                    epoch, end = p.end_offset_for_epoch(op.leader_epoch)
                     pr.leader_epoch, pr.end_offset = epoch, end
                 except errors.KafkaError as e:
                     pr.error_code = e.wire_code
@@ -667,9 +615,7 @@ class ReplicaManager:
 
     def on_follower_data(self, p: Partition, records: bytes, leader_high_watermark: int) -> None:
         """Called by the fetcher with what it fetched for ``p``."""
-        if records:
-            p.log.append_as_follower(records, now_ms())
-        p.log.update_high_watermark(follower_high_watermark(p.log.log_end_offset, leader_high_watermark))
+        p.append_as_follower(records, leader_high_watermark, now_ms())
         self.fetch_purgatory.notify(p.tp)
 
     # ------------------------------------------------------------ ISR upkeep
@@ -678,10 +624,7 @@ class ReplicaManager:
         """Periodic (S4.2): ask every led partition whether a follower fell out of sync."""
         t = now_ms()
         for p in list(self.partitions.values()):
-            st = p.leader_state
-            if st is None:
-                continue
-            change = st.maybe_shrink_isr(t, self.settings.replica_lag_time_max_ms)
+            change = p.maybe_shrink_isr(t, self.settings.replica_lag_time_max_ms)
             if change is not None:
                 self._write_isr(p, change.new_isr, change.expected_zk_version, change.reason)
 
@@ -699,16 +642,29 @@ class ReplicaManager:
                                               expected_version)
         except Exception as e:  # ZooKeeper unreachable: try again on the next check
             log.warning("%s-%d: cannot write ISR %s: %s", p.topic, p.partition, list(new_isr), e)
-            if p.leader_state is not None:
-                p.leader_state.on_isr_write_failed()
+            p.on_isr_write_failed(epoch)
             return
-        st = p.leader_state
-        if st is None or p.leader_epoch != epoch:
+        if not p.is_leader or p.leader_epoch != epoch:
             return
         if version is None:
+            p.on_isr_write_failed(epoch)
+            # Someone else wrote the state znode (the controller). If it still names this leader at
+            # this epoch, take its ISR and version, so the next change is made against them rather
+            # than failing forever on a stale version (Kafka's checkLeaderAndIsrZkData); otherwise a
+            # LeaderAndIsr is on its way.
+            try:
+                current = await asyncio.to_thread(self.zk.get_partition_state, p.topic, p.partition)
+            except Exception:
+                current = None
+            if current is not None and p.is_leader and adopt_after_isr_conflict(
+                    self.broker_id, p.leader_epoch, current.leader_and_isr.leader, current.leader_and_isr.leader_epoch):
+                self._set_isr(p, current.leader_and_isr.isr, current.leader_and_isr.zk_version)
+                log.info("%s-%d: ISR update to %s lost to a newer write; took ISR %s at zk_version %d", p.topic,
+                         p.partition, list(new_isr), list(current.leader_and_isr.isr),
+                         current.leader_and_isr.zk_version, extra=event("isr_update_fenced", *p.tp))
+                return
             log.info("%s-%d: ISR update to %s refused (zk_version %d is stale): this leader was deposed",
                      p.topic, p.partition, list(new_isr), expected_version, extra=event("isr_update_fenced", *p.tp))
-            st.on_isr_write_failed()
             return
         grew = len(new_isr) > len(p.isr)
         if grew:

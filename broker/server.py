@@ -29,7 +29,9 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from kazoo.exceptions import KazooException, SessionExpiredError
 from kazoo.protocol.states import KazooState
+from kazoo.retry import RetryFailedError
 
 from broker.admin import AdminManager
 from broker.config import BrokerConfig
@@ -44,12 +46,12 @@ from broker.security.authorizer import TOPIC, Acl, Resource
 from broker.security.gatekeeper import Gatekeeper, ListenerRole
 from broker.security.principal import RequestContext
 from controller.controller import ControllerSettings, KafkaController
-from controller.zk_client import BrokerIdInUseError, KafkaZkClient, read_digest
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import SERVER_OPTIONS
 from proto.scram import MECHANISM, ScramCredential
+from proto.zk_client import BrokerIdInUseError, KafkaZkClient, read_digest
 from proto.zk_data import AclChangesZNode, BrokerRegistration, ConfigChangesZNode, Endpoint
 
 log = logging.getLogger(__name__)
@@ -89,23 +91,15 @@ class KafkaServer:
         self.events = EventBuffer()
         logging.getLogger().addHandler(self.events)
 
-    # ------------------------------------------------------------ start-up
-
-    async def startup(self) -> None:
-        cfg = self.config
-        self.loop = asyncio.get_running_loop()
-        t0 = time.monotonic()
+        # The collaborators, built here and wired once (Kafka's KafkaServer fields): constructing
+        # them touches no disk beyond the config's files, no network and no event loop; startup()
+        # brings them up in order and shutdown() always finds every one.
+        cfg = config
         self.log_manager = LogManager(cfg.log_dir_paths, cfg.default_log_config(), self.topic_config)
-        await asyncio.to_thread(self.log_manager.startup, now_ms())
-        log.info("broker %d: loaded %d logs in %.2fs (clean shutdown: %s)", self.broker_id, len(self.log_manager),
-                 time.monotonic() - t0, all(self.log_manager.had_clean_shutdown.values()))
-
+        # Not connected until startup(); topic_config() uses defaults until then (log recovery).
         self.zk = KafkaZkClient(cfg.zookeeper_connect, cfg.session_timeout_ms, cfg.connection_timeout_ms,
                                 digest=read_digest(cfg.zookeeper_digest_auth_file) if cfg.zookeeper_set_acl else None)
-        await asyncio.to_thread(self.zk.start)
-        await asyncio.to_thread(self.zk.ensure_persistent_paths)
-        self.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id, uuid.uuid4().hex[:22])
-
+        self._zk_started = False
         self.replica_manager = ReplicaManager(
             BrokerSettings(self.broker_id, cfg.replica_lag_time_max_ms, cfg.default_log_config(),
                            max_request_partitions=cfg.max_request_partitions, fetch_max_bytes=cfg.fetch_max_bytes,
@@ -131,8 +125,23 @@ class KafkaServer:
             request_timeout_ms=min(cfg.controller_socket_timeout_ms, cfg.request_timeout_ms),
             control_plane_listener=cfg.control_plane_listener.name,
             channel_security=self.gate.broker_channel_security()), self.zk)
-
         self.metrics = BrokerMetrics(self)
+
+    # ------------------------------------------------------------ start-up
+
+    async def startup(self) -> None:
+        cfg = self.config
+        self.loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        await asyncio.to_thread(self.log_manager.startup, now_ms())
+        log.info("broker %d: loaded %d logs in %.2fs (clean shutdown: %s)", self.broker_id, len(self.log_manager),
+                 time.monotonic() - t0, all(self.log_manager.had_clean_shutdown.values()))
+
+        await asyncio.to_thread(self.zk.start)
+        self._zk_started = True
+        await asyncio.to_thread(self.zk.ensure_persistent_paths)
+        self.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id, uuid.uuid4().hex[:22])
+
         if cfg.metrics_port >= 0:
             port = self.metrics.serve(cfg.metrics_host, cfg.metrics_port)
             log.info("broker %d: metrics on http://%s:%d/metrics", self.broker_id, cfg.metrics_host, port)
@@ -173,8 +182,8 @@ class KafkaServer:
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self.zk.add_state_listener(self._on_zk_state)
         self.controller.start()
-        self.zk.zk.ChildrenWatch(ConfigChangesZNode.PATH, self._on_config_changes_watch)
-        self.zk.zk.ChildrenWatch(AclChangesZNode.PATH, self._on_acl_changes_watch)
+        self.zk.watch_children(ConfigChangesZNode.PATH, self._on_config_changes_watch, ensure=False)
+        self.zk.watch_children(AclChangesZNode.PATH, self._on_acl_changes_watch, ensure=False)
 
         self._every(cfg.replica_lag_time_max_ms / 2000.0, self.replica_manager.maybe_shrink_isr)
         self._every(cfg.replica_high_watermark_checkpoint_interval_ms / 1000.0,
@@ -198,15 +207,18 @@ class KafkaServer:
         reg = BrokerRegistration(self.broker_id, ib.host, ib.port, now_ms(), self.config.broker_rack or None,
                                  endpoints=endpoints, inter_broker_listener=inter)
         # A znode left by our own previous incarnation (kill -9, quick restart) goes away when its
-        # session expires: wait that long before concluding that a live broker holds the id.
+        # session expires: wait that long before concluding that a live broker holds the id. A
+        # ZooKeeper that does not answer (the gateway's retries are bounded) is tried again for as
+        # long, too: giving up at once left a broker unregistered for good (issue 14).
         deadline = time.monotonic() + self.config.session_timeout_ms / 1000.0 + 2.0
         while True:
             try:
                 self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, reg)
                 break
-            except BrokerIdInUseError:
-                if time.monotonic() >= deadline:
+            except (BrokerIdInUseError, KazooException, RetryFailedError) as e:
+                if time.monotonic() >= deadline or self._stopping or isinstance(e, SessionExpiredError):
                     raise
+                log.info("broker %d: registration not done yet (%s); retrying", self.broker_id, type(e).__name__)
                 await asyncio.sleep(0.2)
         self.fetcher_manager.broker_epoch = self.broker_epoch
         self.registered.set()
@@ -228,10 +240,18 @@ class KafkaServer:
             self.loop.call_soon_threadsafe(lambda: self._spawn(self._reregister()))
 
     async def _reregister(self) -> None:
-        try:
-            await self._register()
-        except Exception as e:
-            log.error("broker %d: re-registration failed: %s", self.broker_id, e)
+        """A new session after an expiry: register again, until it works or that session is lost
+        too (then the next CONNECTED starts over) - never give up while the broker runs."""
+        for attempt in range(1_000_000):
+            if self._stopping or self._session_lost.is_set():
+                return
+            try:
+                await self._register()
+                break
+            except Exception as e:
+                log.error("broker %d: re-registration failed (attempt %d): %s", self.broker_id, attempt + 1, e)
+                await asyncio.sleep(min(5.0, 0.5 * (attempt + 1)))
+        else:
             return
         self.controller.on_session_reestablished()
 
@@ -266,7 +286,7 @@ class KafkaServer:
     def topic_config(self, topic: str) -> LogConfig:
         cfg = self._topic_configs.get(topic)
         if cfg is None:
-            overrides = self.zk.get_topic_config(topic) if hasattr(self, "zk") else {}
+            overrides = self.zk.get_topic_config(topic) if self._zk_started else {}
             try:
                 cfg = self.config.default_log_config().with_overrides(overrides)
                 cfg.check_policy(self.config.min_segment_bytes, self.config.min_segment_ms)
@@ -283,8 +303,7 @@ class KafkaServer:
         for child in sorted(set(children) - self._seen_config_changes):
             self._seen_config_changes.add(child)
             try:
-                data, _ = await asyncio.to_thread(self.zk.zk.get, f"{ConfigChangesZNode.PATH}/{child}")
-                kind, name = ConfigChangesZNode.decode_entity(data)
+                kind, name = await asyncio.to_thread(self.zk.get_config_change, child)
             except Exception:
                 continue
             if kind == "users":
@@ -327,8 +346,7 @@ class KafkaServer:
         for child in sorted(set(children) - self._seen_acl_changes):
             self._seen_acl_changes.add(child)
             try:
-                data, _ = await asyncio.to_thread(self.zk.zk.get, f"{AclChangesZNode.PATH}/{child}")
-                resource_type, name = AclChangesZNode.decode(data)
+                resource_type, name = await asyncio.to_thread(self.zk.get_acl_change, child)
                 await asyncio.to_thread(self._load_acls, resource_type, name)
             except Exception as e:
                 log.debug("ACL change %s: %s", child, e)
@@ -641,7 +659,13 @@ class BrokerControlServicer(pb_grpc.BrokerControlServicer):
         if ctx.broker_id != request.controller_id:
             log.warning("%s from %s claims controller %d: refused", api, ctx.principal, request.controller_id)
             return E.CLUSTER_AUTHORIZATION_FAILED
-        if request.broker_epoch != self.s.broker_epoch:
+        # A higher epoch than ours is this very registration when ZooKeeper says so: the controller
+        # saw our znode before our create's reply reached us (or the reply was lost and the retry
+        # is still running). Refusing it lost that LeaderAndIsr for good (found by simulation,
+        # issue 14). Anything else is for another incarnation of this broker.
+        if request.broker_epoch != self.s.broker_epoch and (
+                request.broker_epoch < self.s.broker_epoch
+                or request.broker_epoch != await asyncio.to_thread(self.s.zk.own_broker_epoch, self.s.broker_id)):
             return E.STALE_BROKER_EPOCH
         if request.controller_epoch > self.s.replica_manager.controller_epoch:
             current = await asyncio.to_thread(self.s.zk.get_controller_epoch)

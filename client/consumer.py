@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import grpc
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
 
 from client.connection import ClusterView, Connection, parse_bootstrap
 from proto import errors
@@ -138,6 +139,8 @@ class Consumer:
         self._last_commit = time.monotonic()
         self._zk: KazooClient | None = None
         self._rebalance_needed = threading.Event()
+        self._session_lost = threading.Event()
+        self._rejoin_needed = threading.Event()
         self._fetch_done = threading.Event()
         self._claim_failures = 0
         self._retry_rebalance_at = 0.0
@@ -263,6 +266,8 @@ class Consumer:
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000.0
         while True:
+            if self._rejoin_needed.is_set():
+                self._rejoin()
             if self._rebalance_needed.is_set() and time.monotonic() >= self._retry_rebalance_at:
                 self._rebalance()
             self._maybe_auto_commit()
@@ -416,7 +421,16 @@ class Consumer:
             logging.getLogger("kazoo").setLevel(logging.ERROR)
             self._zk = KazooClient(hosts=self._zk_connect, timeout=self._zk_session_timeout_s)
             self._zk.start(timeout=self.request_timeout_s)
+            self._zk.add_listener(self._on_zk_state)
         return self._zk
+
+    def _on_zk_state(self, state: KazooState) -> None:
+        """kazoo's thread. A lost session took our member and owner znodes with it: we own nothing
+        any more (no commits for those partitions) and must join again (issue 14 item 8)."""
+        if state == KazooState.LOST:
+            self._session_lost.set()
+        elif state == KazooState.CONNECTED and self._session_lost.is_set() and self._subscription:
+            self._rejoin_needed.set()
 
     def committed(self, tp: TopicPartition | tuple[str, int]) -> int | None:
         tp = TopicPartition(*tp)
@@ -436,11 +450,20 @@ class Consumer:
         return out
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Store the positions (or ``offsets``): the next offset to consume, per partition."""
+        """Store the positions (or ``offsets``): the next offset to consume, per partition. A group
+        member commits only partitions it owns now: after a rebalance or a lost session another
+        member may be consuming the rest (Kafka's CommitFailedException, here skipped with a log)."""
         if self.group_id is None:
             raise errors.InvalidGroupIdError("commit() needs a group_id")
         zk = self._zk_client()
-        for tp, off in (offsets if offsets is not None else dict(self._positions)).items():
+        wanted = offsets if offsets is not None else dict(self._positions)
+        if self._subscription:
+            owned = set() if self._session_lost.is_set() else set(self._owned)
+            skipped = sorted(tp for tp in wanted if tp not in owned)
+            if skipped:
+                log.info("consumer %s: not committing %s: no longer owned", self.consumer_id, skipped)
+            wanted = {tp: o for tp, o in wanted.items() if tp in owned}
+        for tp, off in wanted.items():
             path = ConsumersZNode.offset(self.group_id, tp.topic, tp.partition)
             data = str(off).encode()
             try:
@@ -481,6 +504,20 @@ class Consumer:
         zk.ChildrenWatch(ConsumersZNode.ids(self.group_id), lambda _c: on_change())
         for t in self._subscription:
             zk.DataWatch(TopicZNode.path(t), lambda *_a: on_change())
+        self._rebalance_needed.set()
+
+    def _rejoin(self) -> None:
+        """After a new ZooKeeper session: register again, drop what we owned, rebalance."""
+        self._rejoin_needed.clear()
+        self._session_lost.clear()
+        self._owned = []
+        self._set_assignment([])
+        log.info("consumer %s: ZooKeeper session re-established; rejoining group %s", self.consumer_id,
+                 self.group_id)
+        try:
+            self._join_group()
+        except errors.InvalidGroupIdError:
+            pass  # our old member znode has not expired yet: the rebalance below still runs
         self._rebalance_needed.set()
 
     def _rebalance(self) -> None:

@@ -196,6 +196,8 @@ class ProducerBatch:
         "partition",
         "parts",
         "payload",
+        "producer_epoch",
+        "producer_id",
         "result",
         "retry_at",
         "sequence",
@@ -215,6 +217,10 @@ class ProducerBatch:
         self.result = _BatchResult(topic, partition)
         self.attempts = 0
         self.sequence = -1
+        # The producer id/epoch the sequence belongs to, fixed when the sequence is assigned: a
+        # producer-id reset meanwhile must not pair an old sequence with a new id (issue 14 item 8).
+        self.producer_id = -1
+        self.producer_epoch = -1
         self.payload: bytes | None = None
         self.retry_at = 0.0
         self.deadline = deadline
@@ -234,6 +240,8 @@ class ProducerBatch:
 
     def close(self, codec: int, producer_id: int, producer_epoch: int) -> bytes:
         """Encode once; a retry resends the same bytes (same sequence, same CRC)."""
+        if self.sequence >= 0:
+            producer_id, producer_epoch = self.producer_id, self.producer_epoch
         if self.payload is None:
             self.payload = build_batch(b"".join(self.parts), record_count=self.count, base_timestamp=self.base_ts,
                                        max_timestamp=self.max_ts, compression=codec, producer_id=producer_id,
@@ -512,7 +520,8 @@ class Producer:
                 except grpc.aio.AioRpcError:
                     continue
                 if resp.error_code == pb.ErrorCode.NONE:
-                    self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+                    with self._lock:  # the drain reads them under the lock when it numbers a batch
+                        self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
                     return
                 err = errors.for_code(resp.error_code)(f"InitProducerId: {pb.ErrorCode.Name(resp.error_code)}")
                 if not err.retriable:
@@ -566,6 +575,7 @@ class Producer:
                     continue
                 pq.batches.popleft()
                 if batch.sequence < 0 and self.idempotent:
+                    batch.producer_id, batch.producer_epoch = self.producer_id, self.producer_epoch
                     batch.sequence = pq.next_sequence
                     pq.next_sequence = (pq.next_sequence + batch.count) & 0x7FFFFFFF
                 pq.in_flight += 1

@@ -28,6 +28,25 @@ class ControllerContext:
     topics_to_be_deleted: set[str] = field(default_factory=set)
     # Reassignments in progress: partition -> target replicas.
     reassignments: dict[TopicPartition, list[int]] = field(default_factory=dict)
+    # Topic deletion progress: topic -> (partition, replica) not yet confirmed deleted.
+    deletion_pending: dict[str, set[tuple[TopicPartition, int]]] = field(default_factory=dict)
+    # zk_version of each topic's assignment znode (reassignments write it conditionally).
+    assignment_versions: dict[str, int] = field(default_factory=dict)
+
+    def copy(self) -> ControllerContext:
+        """A copy an event handler may change freely (the values inside are frozen dataclasses or
+        copied here); much cheaper than ``copy.deepcopy``, which the controller ran on every event."""
+        return ControllerContext(
+            epoch=self.epoch, epoch_zk_version=self.epoch_zk_version, live_brokers=dict(self.live_brokers),
+            shutting_down_broker_ids=set(self.shutting_down_broker_ids),
+            assignments={t: {p: list(r) for p, r in parts.items()} for t, parts in self.assignments.items()},
+            leadership=dict(self.leadership), partition_states=dict(self.partition_states),
+            replica_states=dict(self.replica_states),
+            topic_configs={t: dict(c) for t, c in self.topic_configs.items()},
+            topics_to_be_deleted=set(self.topics_to_be_deleted),
+            reassignments={tp: list(r) for tp, r in self.reassignments.items()},
+            deletion_pending={t: set(s) for t, s in self.deletion_pending.items()},
+            assignment_versions=dict(self.assignment_versions))
 
     @property
     def serving_broker_ids(self) -> set[int]:

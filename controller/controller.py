@@ -1,67 +1,106 @@
-"""The controller (SPEC S7, S9; Kafka's KafkaController with its ControllerEventManager).
+"""The controller (SPEC S7, S9; Kafka's KafkaController): events in, plans out, plans executed.
 
 Theory of operation
 -------------------
-Every broker runs one ``KafkaController``; the one whose ephemeral
-``/controller`` znode wins is *active*. All work happens on one event thread
-that takes events from one queue, in order: kazoo watchers, timers and RPC
-handlers only ``put`` events. Decisions (who leads, what the ISR becomes, which
-state transitions are legal) come from the pure modules ``election``,
-``state_machine`` and ``assignment``; this module reads and writes ZooKeeper
-(partition state writes conditional on zk_version) and hands requests to the
-channel manager.
+Every broker runs one ``KafkaController``; the one whose ephemeral ``/controller`` znode wins is
+*active*. Everything arrives as an event on one queue (``controller.event_manager``): ZooKeeper
+watchers, timers and RPC handlers only enqueue. ``process(event)`` handles one event at a time::
 
-Fencing: the controller epoch is incremented with a conditional write on
-failover, stamped into every request and every state znode it writes; a write
-that finds a state znode from a newer controller epoch means this controller
-was deposed, and it resigns.
+    event --> handler(scope)            scope = a copy of the context + an empty plan;
+                 |                      reads ZooKeeper, decides with the pure modules
+                 v                      (election, state_machine, assignment), stages writes
+               plan                     and requests (partition_state_machine, topic_deletion,
+                 |                      reassignment, controlled_shutdown)
+                 v
+    commit_guarded(plan.writes)         one multi-op, only if /controller_epoch is still ours
+         |              |
+      applied        conflict --> refresh what conflicted, run the handler again (bounded)
+         v
+    adopt the copy; clean-ups; channels; send LeaderAndIsr/UpdateMetadata/StopReplica; follow-ups
+
+Failure is not survived half-way (issue 14 items 5, 6): a ``ControllerMovedError`` (the epoch
+moved: a successor exists) resigns; any other failure resigns, gives up ``/controller`` and runs
+the election again, so a controller never runs on with half-applied state. A lost session is an
+``Expire`` that clears the queue and resigns at once. The controller becomes ``active`` only
+after its failover load committed. ZooKeeper access goes through one gateway
+(``proto.zk_client``) that recognises lost replies; the channel manager and the scheduler
+are injectable, so the deterministic simulation (tests/simulation) runs this very class.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
+from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
+from kazoo.retry import RetryFailedError
 
+from controller import controlled_shutdown, reassignment, topic_deletion
 from controller.channel import ControllerChannelManager, RequestBatch
 from controller.context import ControllerContext, TopicPartition
 from controller.election import imbalanced_partitions
-from controller.state_machine import (
-    ElectionStrategy,
-    PartitionState,
-    ReplicaState,
-    check_partition_transition,
-    check_replica_transition,
-    elect_leader,
-    initial_leader_and_isr,
-    offline_leader_and_isr,
-    remove_replica_from_isr,
+from controller.event_manager import ControllerEventManager, enqueue
+from controller.events import (
+    ALWAYS,
+    AutoRebalance,
+    BrokerChange,
+    ControlledShutdown,
+    ControllerChange,
+    Event,
+    Expire,
+    IsrChangeNotification,
+    PartitionReassignment,
+    PreferredReplicaElection,
+    Reconnected,
+    Reelect,
+    Shutdown,
+    Startup,
+    StopReplicaResponseReceived,
+    TopicChange,
+    TopicDeletion,
 )
-from controller.zk_client import ControllerMovedError, KafkaZkClient
+from controller.partition_state_machine import (
+    Scope,
+    change_leadership,
+    elect,
+    mark_offline,
+    replica_transition,
+    transition,
+    trigger_online_partition_state_change,
+    without,
+)
+from controller.plan import Plan
+from controller.state_machine import ElectionStrategy, PartitionState, ReplicaState
 from proto import minikafka_pb2 as pb
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
+from proto.zk_client import ControllerMovedError, KafkaZkClient
 from proto.zk_data import (
     NO_LEADER,
     BrokerIdsZNode,
+    BrokerRegistration,
     ControllerZNode,
     DeleteTopicsZNode,
     IsrChangeNotificationZNode,
-    LeaderAndIsr,
-    LeaderIsrAndControllerEpoch,
     PreferredReplicaElectionZNode,
     ReassignPartitionsZNode,
-    TopicPartitionId,
+    TopicPartitionStateZNode,
     TopicsZNode,
+    TopicZNode,
 )
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
+MAX_CONFLICT_RETRIES = 5
+# After a failed election or a failure that resigned, try again this much later: the gateway's
+# ZooKeeper retries are bounded, so a long connection loss can make an election fail outright, and
+# nothing else would run it again if /controller never changes (issue 14, found by simulation).
+ELECTION_RETRY_S = 1.0
 
 
 def _now_ms() -> int:
@@ -82,125 +121,74 @@ class ControllerSettings:
     channel_security: ChannelSecurity = PLAINTEXT_SECURITY
 
 
-# ------------------------------------------------------------------ events
+class Channel(Protocol):
+    """What the controller needs of its channels to brokers (controller.channel, or a simulated one)."""
+
+    def add_broker(self, reg: BrokerRegistration) -> None: ...
+    def remove_broker(self, broker_id: int) -> None: ...
+    def send(self, broker_id: int, method: str, request: Any, callback: Any = None) -> None: ...
+    def shutdown(self) -> None: ...
 
 
-@dataclass
-class Event:
-    pass
-
-
-@dataclass
-class Startup(Event):
-    pass
-
-
-@dataclass
-class Reelect(Event):
-    pass
-
-
-@dataclass
-class ControllerChange(Event):
-    pass
-
-
-@dataclass
-class BrokerChange(Event):
-    pass
-
-
-@dataclass
-class TopicChange(Event):
-    pass
-
-
-@dataclass
-class TopicDeletion(Event):
-    pass
-
-
-@dataclass
-class PreferredReplicaElection(Event):
-    pass
-
-
-@dataclass
-class IsrChangeNotification(Event):
-    pass
-
-
-@dataclass
-class AutoRebalance(Event):
-    pass
-
-
-@dataclass
-class PartitionReassignment(Event):
-    pass
-
-
-@dataclass
-class StopReplicaResponseReceived(Event):
-    broker_id: int
-    response: pb.StopReplicaResponse
-
-
-@dataclass
-class ControlledShutdown(Event):
-    broker_id: int
-    broker_epoch: int
-    reply: concurrent.futures.Future[pb.ControlledShutdownResponse] = field(
-        default_factory=concurrent.futures.Future)
-
-
-@dataclass
-class SessionExpired(Event):
-    pass
-
-
-@dataclass
-class Shutdown(Event):
-    pass
+class ControllerStateError(Exception):
+    """An event could not be applied (conflicts kept coming): resign and start over."""
 
 
 class KafkaController:
-    def __init__(self, settings: ControllerSettings, zk: KafkaZkClient) -> None:
+    def __init__(self, settings: ControllerSettings, zk: KafkaZkClient, *, channel: Channel | None = None,
+                 schedule: Callable[[float, Callable[[], None]], Any] | None = None,
+                 threaded: bool = True) -> None:
         self.settings = settings
         self.broker_id = settings.broker_id
         self.zk = zk
-        self.events: queue.Queue[Event] = queue.Queue()
         self.ctx = ControllerContext()
         self.active = False
         self.active_controller_id = -1
-        self.channel = ControllerChannelManager(settings.request_timeout_ms, settings.channel_security,
-                                                settings.control_plane_listener)
+        self.channel: Channel = channel or ControllerChannelManager(
+            settings.request_timeout_ms, settings.channel_security, settings.control_plane_listener)
+        self._schedule = schedule or _thread_timer
         self._generation = 0
-        self._thread = threading.Thread(target=self._run, name="controller-event-thread", daemon=True)
-        self._timer: threading.Timer | None = None
+        self._timer: Any = None
+        self._election_timer: Any = None
+        self._last_zk_state = KazooState.CONNECTED
+        self._watch_token: object | None = None
+        self._controller_watch_token: object | None = None
         self._stopped = threading.Event()
-        # Topic deletion progress: topic -> replicas (broker ids) not yet confirmed deleted.
-        self._deleting: dict[str, set[tuple[TopicPartition, int]]] = {}
+        self.events: ControllerEventManager | None = ControllerEventManager(self.process) if threaded else None
+        # Events put while not threaded (the simulation takes them from here).
+        self.pending: list[Event] = []
         self.elections = 0
         self.unclean_elections = 0
+        self.resignations = 0
+        # The last exception an event ended with (the simulation checks that only ZooKeeper's did).
+        self.last_failure: BaseException | None = None
 
     # ------------------------------------------------------------ lifecycle (any thread)
 
     def start(self) -> None:
-        self._thread.start()
+        if self.events is not None:
+            self.events.start()
         self.put(Startup())
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         self.put(Shutdown())
-        self._thread.join(timeout_s)
+        if self.events is not None:
+            self.events.join(timeout_s)
 
     def put(self, event: Event) -> None:
-        self.events.put(event)
+        if self.events is not None:
+            self.events.put(event)
+        else:
+            enqueue(self.pending, event)
 
     def on_zk_state(self, state: KazooState) -> None:
         """kazoo connection listener: runs on kazoo's thread, so it only enqueues."""
+        previous, self._last_zk_state = self._last_zk_state, state
         if state == KazooState.LOST:
-            self.put(SessionExpired())
+            self.put(Expire())
+        elif state == KazooState.CONNECTED and previous == KazooState.SUSPENDED:
+            # After a LOST the broker re-registers first and then sends Reelect.
+            self.put(Reconnected())
 
     def on_session_reestablished(self) -> None:
         self.put(Reelect())
@@ -214,54 +202,152 @@ class KafkaController:
         self.put(ev)
         return ev.reply
 
-    # ------------------------------------------------------------ the event thread
+    # ------------------------------------------------------------ processing one event
 
-    def _run(self) -> None:
-        handlers: dict[type[Event], Callable[[Any], None]] = {
-            Startup: self._on_startup,
-            Reelect: self._on_reelect,
-            ControllerChange: self._on_controller_change,
-            BrokerChange: self._on_broker_change,
-            TopicChange: self._on_topic_change,
-            TopicDeletion: self._on_topic_deletion,
-            PreferredReplicaElection: self._on_preferred_replica_election,
-            IsrChangeNotification: self._on_isr_change_notification,
-            AutoRebalance: self._on_auto_rebalance,
-            PartitionReassignment: self._on_partition_reassignment,
-            StopReplicaResponseReceived: self._on_stop_replica_response,
-            ControlledShutdown: self._on_controlled_shutdown,
-            SessionExpired: self._on_session_expired,
-        }
-        while True:
-            ev = self.events.get()
-            if isinstance(ev, Shutdown):
-                self._resign(delete_znode=True)
-                self._stopped.set()
-                return
-            if not self.active and type(ev) not in (Startup, Reelect, ControllerChange, SessionExpired,
-                                                    ControlledShutdown):
-                continue
-            try:
-                handlers[type(ev)](ev)
-            except ControllerMovedError as e:
-                log.warning("controller %d: %s; resigning", self.broker_id, e)
-                self._resign(delete_znode=False)
-            except Exception:
-                log.exception("controller %d: error processing %s", self.broker_id, type(ev).__name__)
-                if isinstance(ev, ControlledShutdown) and not ev.reply.done():
-                    ev.reply.set_result(pb.ControlledShutdownResponse(error_code=pb.ErrorCode.UNKNOWN_SERVER_ERROR))
+    def process(self, ev: Event) -> None:
+        if isinstance(ev, Shutdown):
+            self._cancel_election_retry()
+            self._resign(delete_znode=True)
+            self._stopped.set()
+            return
+        if not self.active and not isinstance(ev, ALWAYS):
+            return
+        if isinstance(ev, ControlledShutdown) and not self.active:
+            ev.reply.set_result(pb.ControlledShutdownResponse(error_code=pb.ErrorCode.NOT_CONTROLLER))
+            return
+        handler: Callable[[Any], None] = getattr(self, f"_on_{_snake(type(ev).__name__)}")
+        try:
+            handler(ev)
+        except ControllerMovedError as e:
+            self.last_failure = e
+            log.warning("controller %d: %s; resigning", self.broker_id, e)
+            self._resign(delete_znode=False)
+        except Exception as e:
+            # Never run on with half-applied state (issue 14 item 6): resign and elect again - at
+            # once if we were acting, and in any case later, in case ZooKeeper was unreachable.
+            self.last_failure = e
+            # ZooKeeper trouble is expected weather; anything else is a bug worth its traceback.
+            log.log(logging.WARNING if isinstance(e, (KazooException, RetryFailedError)) else logging.ERROR,
+                    "controller %d: %s failed (%s: %s); resigning and re-electing", self.broker_id,
+                    type(ev).__name__, type(e).__name__, e,
+                    exc_info=not isinstance(e, (KazooException, RetryFailedError)))
+            was_active = self.active
+            self._resign(delete_znode=True)
+            if was_active:
+                self.put(Reelect())
+            self._retry_election_later()
+        finally:
+            if isinstance(ev, ControlledShutdown) and not ev.reply.done():
+                ev.reply.set_result(pb.ControlledShutdownResponse(error_code=pb.ErrorCode.NOT_CONTROLLER))
+
+    def _run_planned(self, fn: Callable[[Scope], R]) -> R:
+        """Run ``fn`` on a copy of the context, commit its staged writes guarded by the controller
+        epoch, then adopt the copy and execute the rest of the plan; retry on conflicts."""
+        refreshed: set[TopicPartition] = set()
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            scope = Scope(self.ctx.copy(), Plan(RequestBatch(controller_id=self.broker_id)), self.zk,
+                          self.settings.unclean_leader_election_enable)
+            result = fn(scope)
+            commit = self.zk.commit_guarded(self.ctx.epoch_zk_version, scope.plan.writes)
+            if commit.applied:
+                self.ctx = scope.ctx
+                # A partition someone else changed under us: its replicas may not have heard of
+                # that state (its writer may be gone); telling them again is harmless.
+                for tp in sorted(refreshed):
+                    if tp in self.ctx.leadership:
+                        scope.plan.batch.add_leader_and_isr(set(self.ctx.replicas(tp)), tp, self.ctx)
+                self._execute(scope.plan)
+                return result
+            log.info("controller %d: conflict on %s (attempt %d); refreshing and planning again", self.broker_id,
+                     sorted(commit.current), attempt + 1)
+            refreshed |= self._refresh(commit.current)
+        raise ControllerStateError(f"writes kept conflicting after {MAX_CONFLICT_RETRIES} attempts")
+
+    def _refresh(self, current: dict[str, tuple[bytes, int] | None]) -> set[TopicPartition]:
+        """Take what ZooKeeper holds for the paths that conflicted; returns the partitions whose
+        state was refreshed."""
+        ctx = self.ctx
+        refreshed: set[TopicPartition] = set()
+        for path, value in current.items():
+            parts = path.split("/")
+            if path.endswith("/state") and len(parts) == 7:  # /brokers/topics/t/partitions/p/state
+                tp = (parts[3], int(parts[5]))
+                refreshed.add(tp)
+                if value is None:
+                    ctx.leadership.pop(tp, None)
+                else:
+                    ctx.leadership[tp] = TopicPartitionStateZNode.decode(tp[0], tp[1], value[0], value[1])
+            elif len(parts) == 4 and path == TopicZNode.path(parts[3]) and value is not None:
+                ctx.assignments[parts[3]] = TopicZNode.decode(parts[3], value[0])
+                ctx.assignment_versions[parts[3]] = value[1]
+        return refreshed
+
+    def _execute(self, plan: Plan) -> None:
+        ctx = self.ctx
+        for b in plan.remove_brokers:
+            self.channel.remove_broker(b)
+        for reg in plan.add_brokers:
+            self.channel.add_broker(reg)
+        for kind, arg in plan.cleanups:
+            self._cleanup(kind, arg)
+        self.elections += plan.elections
+        self.unclean_elections += plan.unclean_elections
+        plan.batch.send(ctx, self.channel, self._stop_replica_callback)  # type: ignore[arg-type]
+        for ev in plan.follow_ups:
+            self.put(ev)
+
+    def _cleanup(self, kind: str, arg: object) -> None:
+        """Idempotent ZooKeeper clean-ups after a commit, each guarded by the controller epoch."""
+        version = self.ctx.epoch_zk_version
+        if kind == "delete_request":
+            self.zk.delete_guarded(version, [DeleteTopicsZNode.path(str(arg))])
+        elif kind == "delete_topic":
+            topic = str(arg)
+            self.zk.delete_guarded(version, [TopicZNode.path(topic), f"/config/topics/{topic}",
+                                             DeleteTopicsZNode.path(topic)], recursive=True)
+        elif kind == "reassignment":
+            from proto.zk_data import TopicPartitionId
+            remaining: dict[TopicPartitionId, list[int]] = arg  # type: ignore[assignment]
+            self.zk.set_or_delete_guarded(version, ReassignPartitionsZNode.PATH,
+                                          ReassignPartitionsZNode.encode(remaining) if remaining else None)
+        elif kind == "delete_paths":
+            self.zk.delete_guarded(version, list(arg))  # type: ignore[call-overload]
+        else:
+            raise ValueError(f"unknown clean-up {kind}")
+
+    def _stop_replica_callback(self, broker_id: int, resp: Any) -> None:
+        self.put(StopReplicaResponseReceived(broker_id, resp))
 
     # ------------------------------------------------------------ election (S9.1)
 
     def _on_startup(self, _ev: Startup) -> None:
-        def watch_controller(_data: bytes | None, _stat: Any, *_args: Any) -> None:
-            self.put(ControllerChange())
-
-        # kazoo's DataWatch re-arms itself (watches are one-shot in ZooKeeper, S9.1).
-        self.zk.zk.DataWatch(ControllerZNode.PATH, watch_controller)
+        self._watch_controller()
         self._elect()
 
+    def _watch_controller(self) -> None:
+        token = self._controller_watch_token = object()
+
+        def watch_controller(_data: bytes | None, _stat: Any) -> bool | None:
+            if self._controller_watch_token is not token:
+                return False  # replaced by a fresh watch after a reconnect
+            self.put(ControllerChange())
+            return None
+
+        # kazoo's DataWatch re-arms itself (watches are one-shot in ZooKeeper, S9.1).
+        self.zk.watch_data(ControllerZNode.PATH, watch_controller)
+
+    def _on_reconnected(self, _ev: Reconnected) -> None:
+        """kazoo drops its watches when the connection drops and, unlike ZooKeeper's Java client, does
+        not re-send them (SetWatches); its recipes re-read on reconnect but stay silent when a child
+        list or a version looks unchanged - yet a broker may have bounced meanwhile (same id, new
+        epoch) or /controller changed hands (found by simulation, issue 14). Fresh watches: each
+        fires once at once, after its watch is set, so nothing falls between read and watch."""
+        self._watch_controller()
+        if self.active:
+            self._arm_watches()
+
     def _on_reelect(self, _ev: Reelect) -> None:
+        self._cancel_election_retry()
         if self.active:
             self._resign(delete_znode=True)
         self._elect()
@@ -278,21 +364,43 @@ class KafkaController:
             log.info("controller %d: /controller now names %d; resigning", self.broker_id, current)
             self._resign(delete_znode=False)
 
-    def _on_session_expired(self, _ev: SessionExpired) -> None:
+    def _on_expire(self, _ev: Expire) -> None:
+        # The broker re-registers and sends Reelect once it has a new session; an election retry
+        # scheduled under the old session must not run before that.
+        self._cancel_election_retry()
         if self.active:
             log.warning("controller %d: ZooKeeper session expired; resigning", self.broker_id)
             self._resign(delete_znode=False)
 
+    def _retry_election_later(self) -> None:
+        self._cancel_election_retry()
+        timer: Any = None
+
+        def fire() -> None:
+            if self._election_timer is timer:
+                self._election_timer = None
+                self.put(Reelect())
+
+        timer = self._schedule(ELECTION_RETRY_S, fire)
+        self._election_timer = timer
+
+    def _cancel_election_retry(self) -> None:
+        if self._election_timer is not None:
+            self._election_timer.cancel()
+            self._election_timer = None
+
     def _elect(self) -> None:
         if self.active:
             return
-        if self.zk.try_create_controller(self.broker_id, _now_ms()):
+        won = self.zk.register_controller_and_increment_epoch(self.broker_id, _now_ms())
+        if won is not None:
             self.active_controller_id = self.broker_id
             try:
-                self._on_controller_failover()
-            except ControllerMovedError as e:
-                log.warning("controller %d lost the election while starting: %s", self.broker_id, e)
+                self._on_controller_failover(*won)
+            except Exception:
+                log.warning("controller %d lost the election while starting", self.broker_id, exc_info=True)
                 self._resign(delete_znode=True)
+                raise
         else:
             current = self.zk.get_controller_id()
             if current is None:
@@ -304,42 +412,49 @@ class KafkaController:
         was_active = self.active
         self.active = False
         self._generation += 1
+        self._watch_token = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self.channel.shutdown()
         self.ctx = ControllerContext()
-        self._deleting.clear()
-        if delete_znode and was_active:
+        if delete_znode and (was_active or self.active_controller_id == self.broker_id):
             try:
                 self.zk.delete_controller_if_owner()
             except Exception as e:
                 log.debug("could not delete /controller: %s", e)
         if was_active:
+            self.resignations += 1
             log.info("controller %d resigned", self.broker_id)
 
     # ------------------------------------------------------------ failover (S9.2)
 
-    def _on_controller_failover(self) -> None:
-        epoch, version = self.zk.increment_controller_epoch()
+    def _on_controller_failover(self, epoch: int, version: int) -> None:
         self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=version)
+        gen = self._generation
+        self._arm_watches()
+        self._run_planned(self._load_and_resume)
+        # Active only once everything is loaded and the resumed state is committed (item 6).
         self.active = True
         log.info("broker %d is now the controller, controller epoch %d", self.broker_id, epoch,
                  extra={"event": "controller_elected", "topic": "", "partition": -1})
-        gen = self._generation
-        self._watch_children(BrokerIdsZNode.PATH, BrokerChange, gen)
-        self._watch_children(TopicsZNode.PATH, TopicChange, gen)
-        self._watch_children(DeleteTopicsZNode.PATH, TopicDeletion, gen)
-        self._watch_children(IsrChangeNotificationZNode.PATH, IsrChangeNotification, gen)
-        self._watch_data(PreferredReplicaElectionZNode.PATH, PreferredReplicaElection, gen)
-        self._watch_data(ReassignPartitionsZNode.PATH, PartitionReassignment, gen)
+        for ev in (TopicDeletion(), PreferredReplicaElection(), IsrChangeNotification(), PartitionReassignment()):
+            self.put(ev)
+        if self.settings.auto_leader_rebalance_enable:
+            self._schedule_rebalance(gen)
 
-        ctx = self.ctx
+    def _load_and_resume(self, s: Scope) -> None:
+        ctx = s.ctx
+        ctx.live_brokers.clear()
+        ctx.assignments.clear()
+        ctx.leadership.clear()
+        ctx.partition_states.clear()
+        ctx.replica_states.clear()
         for reg in self.zk.get_all_brokers().values():
             ctx.live_brokers[reg.broker_id] = reg
-            self.channel.add_broker(reg)
+            s.plan.add_brokers.append(reg)
         for topic in self.zk.get_topics():
-            self._load_topic(topic)
+            self._load_topic(s, topic)
         for tp in ctx.all_partitions():
             st = ctx.leadership.get(tp)
             for r in ctx.replicas(tp):
@@ -350,55 +465,59 @@ class KafkaController:
                 ctx.partition_states[tp] = PartitionState.ONLINE
             else:
                 ctx.partition_states[tp] = PartitionState.OFFLINE
-
-        batch = self._batch()
+        ctx.topics_to_be_deleted.update(t for t in self.zk.get_topics_to_delete() if t in ctx.assignments)
+        batch = s.plan.batch
         batch.add_update_metadata(set(ctx.live_brokers), ctx.all_partitions())
         for tp in ctx.all_partitions():
             if tp in ctx.leadership:
                 batch.add_leader_and_isr(set(ctx.replicas(tp)), tp, ctx)
-        self._trigger_online_partition_state_change(batch)
+        trigger_online_partition_state_change(s)
         # Replicas on brokers that died while there was no controller leave the ISR now.
         live = set(ctx.live_brokers)
         for tp, st in list(ctx.leadership.items()):
             gone = set(st.leader_and_isr.isr) - live
             if gone and st.leader_and_isr.leader in live:
-                self._change_leadership(tp, lambda cur, g=gone: self._without(cur, g), batch)  # type: ignore[misc]
-        batch.send(ctx, self.channel, self._stop_replica_callback)
-        self.put(TopicDeletion())
-        self.put(PreferredReplicaElection())
-        self.put(IsrChangeNotification())
-        if self.settings.auto_leader_rebalance_enable:
-            self._schedule_rebalance(gen)
+                change_leadership(s, tp, lambda cur, g=gone: without(cur, g))  # type: ignore[misc]
 
-    def _load_topic(self, topic: str) -> None:
-        assignment = self.zk.get_assignment(topic)
-        if assignment is None:
+    def _load_topic(self, s: Scope, topic: str) -> None:
+        loaded = self.zk.get_assignment_with_version(topic)
+        if loaded is None:
             return
-        self.ctx.assignments[topic] = assignment
-        self.ctx.topic_configs[topic] = self.zk.get_topic_config(topic)
-        for p in assignment:
+        ctx = s.ctx
+        ctx.assignments[topic], ctx.assignment_versions[topic] = loaded
+        ctx.topic_configs[topic] = self.zk.get_topic_config(topic)
+        for p in loaded[0]:
             st = self.zk.get_partition_state(topic, p)
             if st is not None:
-                self.ctx.leadership[(topic, p)] = st
+                ctx.leadership[(topic, p)] = st
 
-    def _watch_children(self, path: str, event: type[Event], gen: int) -> None:
+    def _arm_watches(self) -> None:
+        """The active controller's watches (S9.2); a later call replaces them, _resign stops them."""
+        token = self._watch_token = object()
+        self._watch_children(BrokerIdsZNode.PATH, BrokerChange, token)
+        self._watch_children(TopicsZNode.PATH, TopicChange, token)
+        self._watch_children(DeleteTopicsZNode.PATH, TopicDeletion, token)
+        self._watch_children(IsrChangeNotificationZNode.PATH, IsrChangeNotification, token)
+        self._watch_data(PreferredReplicaElectionZNode.PATH, PreferredReplicaElection, token)
+        self._watch_data(ReassignPartitionsZNode.PATH, PartitionReassignment, token)
+
+    def _watch_children(self, path: str, event: type[Event], token: object) -> None:
         def on_children(_children: list[str]) -> bool | None:
-            if gen != self._generation:
-                return False  # a previous term's watch: stop it
+            if self._watch_token is not token:
+                return False  # a previous term's (or connection's) watch: stop it
             self.put(event())
             return None
 
-        self.zk.zk.ensure_path(path)
-        self.zk.zk.ChildrenWatch(path, on_children, send_event=False)
+        self.zk.watch_children(path, on_children)
 
-    def _watch_data(self, path: str, event: type[Event], gen: int) -> None:
-        def on_data(_data: bytes | None, _stat: Any, *_a: Any) -> bool | None:
-            if gen != self._generation:
+    def _watch_data(self, path: str, event: type[Event], token: object) -> None:
+        def on_data(_data: bytes | None, _stat: Any) -> bool | None:
+            if self._watch_token is not token:
                 return False
             self.put(event())
             return None
 
-        self.zk.zk.DataWatch(path, on_data)
+        self.zk.watch_data(path, on_data)
 
     def _schedule_rebalance(self, gen: int) -> None:
         def tick() -> None:
@@ -406,188 +525,36 @@ class KafkaController:
                 self.put(AutoRebalance())
                 self._schedule_rebalance(gen)
 
-        self._timer = threading.Timer(self.settings.leader_imbalance_check_interval_seconds, tick)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _transition(self, tp: TopicPartition, target: PartitionState) -> None:
-        """Move a partition to ``target``, only along the table of controller.state_machine."""
-        current = self.ctx.partition_states.get(tp, PartitionState.NON_EXISTENT)
-        check_partition_transition(f"{tp[0]}-{tp[1]}", current, target)
-        self.ctx.partition_states[tp] = target
-
-    def _replica_transition(self, tp: TopicPartition, replica: int, target: ReplicaState) -> None:
-        current = self.ctx.replica_states.get((tp, replica), ReplicaState.NON_EXISTENT)
-        if current is ReplicaState.DELETION_SUCCESSFUL and target is ReplicaState.OFFLINE:
-            return  # already gone; its broker's death changes nothing
-        if current is ReplicaState.DELETION_STARTED and target is ReplicaState.OFFLINE:
-            target = ReplicaState.DELETION_INELIGIBLE  # its broker died mid-deletion: retried on return
-        if current is target and target is not ReplicaState.ONLINE:
-            return
-        check_replica_transition(f"{tp[0]}-{tp[1]} on broker {replica}", current, target)
-        self.ctx.replica_states[(tp, replica)] = target
-
-    def _batch(self) -> RequestBatch:
-        return RequestBatch(controller_id=self.broker_id)
-
-    def _stop_replica_callback(self, broker_id: int, resp: Any) -> None:
-        self.put(StopReplicaResponseReceived(broker_id, resp))
-
-    # ------------------------------------------------------------ partition state changes
-
-    def _write_leadership(self, tp: TopicPartition, new: LeaderAndIsr) -> bool:
-        """Conditional write of the state znode; on a version conflict re-read and report
-        failure (the caller retries with fresh state). Raises ControllerMovedError when a
-        newer controller wrote it."""
-        ctx = self.ctx
-        state = LeaderIsrAndControllerEpoch(new, ctx.epoch)
-        version = self.zk.update_partition_state(tp[0], tp[1], state, new.zk_version)
-        if version is None:
-            fresh = self.zk.get_partition_state(tp[0], tp[1])
-            if fresh is not None:
-                if fresh.controller_epoch > ctx.epoch:
-                    raise ControllerMovedError(
-                        f"{tp[0]}-{tp[1]} was written by controller epoch {fresh.controller_epoch}")
-                ctx.leadership[tp] = fresh
-            return False
-        ctx.leadership[tp] = LeaderIsrAndControllerEpoch(new.with_zk_version(version), ctx.epoch)
-        return True
-
-    def _change_leadership(self, tp: TopicPartition, compute: Callable[[LeaderAndIsr], LeaderAndIsr | None],
-                           batch: RequestBatch) -> bool:
-        """Compute a new leader/ISR from the current one and write it, retrying version conflicts."""
-        for _attempt in range(5):
-            current = self.ctx.leadership.get(tp)
-            if current is None:
-                return False
-            new = compute(current.leader_and_isr)
-            if new is None:
-                return False
-            if self._write_leadership(tp, new):
-                st = self.ctx.leadership[tp].leader_and_isr
-                self._transition(tp, PartitionState.ONLINE if st.leader != NO_LEADER else PartitionState.OFFLINE)
-                batch.add_leader_and_isr(set(self.ctx.replicas(tp)), tp, self.ctx)
-                return True
-        log.warning("controller: giving up on %s-%d after repeated zk_version conflicts", tp[0], tp[1])
-        return False
-
-    def _elect_leader(self, tp: TopicPartition, strategy: ElectionStrategy, batch: RequestBatch) -> bool:
-        ctx = self.ctx
-        unclean = self._unclean_enabled(tp[0])
-        live = ctx.serving_broker_ids if strategy is not ElectionStrategy.CONTROLLED_SHUTDOWN \
-            else set(ctx.live_brokers)
-        outcome: dict[str, bool] = {}
-
-        def compute(current: LeaderAndIsr) -> LeaderAndIsr | None:
-            decision = elect_leader(strategy, current, ctx.replicas(tp), live, unclean_enabled=unclean,
-                                    shutting_down=ctx.shutting_down_broker_ids)
-            if decision is None:
-                return None
-            outcome["unclean"] = decision.unclean
-            return decision.leader_and_isr
-
-        ok = self._change_leadership(tp, compute, batch)
-        if ok:
-            self.elections += 1
-            lai = ctx.leadership[tp].leader_and_isr
-            if outcome.get("unclean"):
-                self.unclean_elections += 1
-                log.warning("controller: UNCLEAN election of %d for %s-%d at leader epoch %d (data may be lost)",
-                            lai.leader, tp[0], tp[1], lai.leader_epoch,
-                            extra={"event": "unclean_election", "topic": tp[0], "partition": tp[1]})
-            else:
-                log.info("controller: %s election: %s-%d led by %d at leader epoch %d, isr %s", strategy.value,
-                         tp[0], tp[1], lai.leader, lai.leader_epoch, list(lai.isr),
-                         extra={"event": "election", "topic": tp[0], "partition": tp[1]})
-        return ok
-
-    def _unclean_enabled(self, topic: str) -> bool:
-        raw = self.ctx.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
-        if raw is None:
-            return self.settings.unclean_leader_election_enable
-        return raw.strip().lower() == "true"
-
-    def _trigger_online_partition_state_change(self, batch: RequestBatch,
-                                               only: Iterable[TopicPartition] | None = None) -> None:
-        """NEW and OFFLINE partitions -> ONLINE where a leader can be found (S7.2, S7.3, S9.4)."""
-        ctx = self.ctx
-        candidates = list(only) if only is not None else ctx.all_partitions()
-        for tp in candidates:
-            if tp[0] in ctx.topics_to_be_deleted:
-                continue
-            state = ctx.partition_states.get(tp)
-            if state is PartitionState.NEW:
-                self._initialize_leadership(tp, batch)
-                continue
-            needs_leader = state is PartitionState.OFFLINE or (
-                state is PartitionState.ONLINE
-                and ctx.leadership[tp].leader_and_isr.leader not in ctx.serving_broker_ids)
-            if needs_leader and not self._elect_leader(tp, ElectionStrategy.OFFLINE, batch):
-                self._mark_offline(tp, batch)
-
-    def _initialize_leadership(self, tp: TopicPartition, batch: RequestBatch) -> None:
-        ctx = self.ctx
-        lai = initial_leader_and_isr(ctx.replicas(tp), ctx.serving_broker_ids)
-        if lai is None:
-            log.warning("controller: no live replica for new partition %s-%d (replicas %s)", tp[0], tp[1],
-                        ctx.replicas(tp))
-            return
-        state = LeaderIsrAndControllerEpoch(lai, ctx.epoch)
-        version = self.zk.create_partition_state(tp[0], tp[1], state)
-        if version is None:
-            existing = self.zk.get_partition_state(tp[0], tp[1])
-            if existing is None:
-                return
-            ctx.leadership[tp] = existing
-            self._transition(tp, PartitionState.OFFLINE)
-            self._trigger_online_partition_state_change(batch, [tp])
-            return
-        ctx.leadership[tp] = LeaderIsrAndControllerEpoch(lai.with_zk_version(version), ctx.epoch)
-        self._transition(tp, PartitionState.ONLINE)
-        for r in ctx.replicas(tp):
-            self._replica_transition(tp, r, ReplicaState.ONLINE if r in ctx.live_brokers else ReplicaState.OFFLINE)
-        batch.add_leader_and_isr(set(ctx.replicas(tp)), tp, ctx, is_new=True)
-
-    def _mark_offline(self, tp: TopicPartition, batch: RequestBatch) -> None:
-        """S7.3: no replica may lead; record leader -1 (unless already so)."""
-        ctx = self.ctx
-        live = ctx.serving_broker_ids
-
-        def compute(current: LeaderAndIsr) -> LeaderAndIsr | None:
-            if current.leader == NO_LEADER:
-                return None
-            return offline_leader_and_isr(current, live)
-
-        if not self._change_leadership(tp, compute, batch):
-            self._transition(tp, PartitionState.OFFLINE)
-        log.warning("controller: %s-%d is offline: no in-sync replica is alive", tp[0], tp[1],
-                    extra={"event": "offline", "topic": tp[0], "partition": tp[1]})
+        self._timer = self._schedule(self.settings.leader_imbalance_check_interval_seconds, tick)
 
     # ------------------------------------------------------------ brokers (S9.3, S7.2)
 
     def _on_broker_change(self, _ev: BrokerChange) -> None:
-        ctx = self.ctx
         current = self.zk.get_all_brokers()
+        self._run_planned(lambda s: self._broker_change(s, current))
+
+    def _broker_change(self, s: Scope, current: dict[int, BrokerRegistration]) -> None:
+        ctx = s.ctx
         new = sorted(set(current) - set(ctx.live_brokers))
         dead = sorted(set(ctx.live_brokers) - set(current))
-        bounced = sorted(b for b in set(current) & set(ctx.live_brokers) if current[b].epoch != ctx.live_brokers[b].epoch)
+        bounced = sorted(b for b in set(current) & set(ctx.live_brokers)
+                         if current[b].epoch != ctx.live_brokers[b].epoch)
         if not (new or dead or bounced):
             return
         log.info("controller: brokers new %s, dead %s, bounced %s", new, dead, bounced,
                  extra={"event": "broker_change", "topic": "", "partition": -1})
         if dead or bounced:
-            self._on_broker_failure(dead + bounced)
+            self._broker_failure(s, dead + bounced)
         if new or bounced:
-            self._on_broker_startup({b: current[b] for b in new + bounced})
+            self._broker_startup(s, {b: current[b] for b in new + bounced})
 
-    def _on_broker_failure(self, dead: list[int]) -> None:
-        ctx = self.ctx
+    def _broker_failure(self, s: Scope, dead: list[int]) -> None:
+        ctx = s.ctx
         for b in dead:
             ctx.live_brokers.pop(b, None)
             ctx.shutting_down_broker_ids.discard(b)
-            self.channel.remove_broker(b)
+            s.plan.remove_brokers.append(b)
         dead_set = set(dead)
-        batch = self._batch()
         # set_p: every partition with a replica on a dead broker (S7.2).
         for tp in ctx.all_partitions():
             replicas = ctx.replicas(tp)
@@ -595,37 +562,24 @@ class KafkaController:
                 continue
             for r in replicas:
                 if r in dead_set:
-                    self._replica_transition(tp, r, ReplicaState.OFFLINE)
+                    replica_transition(s, tp, r, ReplicaState.OFFLINE)
             st = ctx.leadership.get(tp)
             if st is None or tp[0] in ctx.topics_to_be_deleted:
                 continue
             if st.leader_and_isr.leader in dead_set or st.leader_and_isr.leader == NO_LEADER:
-                self._transition(tp, PartitionState.OFFLINE)
-                if not self._elect_leader(tp, ElectionStrategy.OFFLINE, batch):
-                    self._mark_offline(tp, batch)
+                transition(s, tp, PartitionState.OFFLINE)
+                if not elect(s, tp, ElectionStrategy.OFFLINE):
+                    mark_offline(s, tp)
             else:
-                self._change_leadership(tp, lambda cur: self._without(cur, dead_set), batch)
-        batch.add_update_metadata(set(ctx.live_brokers), ctx.all_partitions())
-        batch.send(ctx, self.channel, self._stop_replica_callback)
+                change_leadership(s, tp, lambda cur: without(cur, dead_set))
+        s.plan.batch.add_update_metadata(set(ctx.live_brokers), ctx.all_partitions())
 
-    @staticmethod
-    def _without(current: LeaderAndIsr, gone: set[int]) -> LeaderAndIsr | None:
-        new = current
-        changed = False
-        for r in sorted(gone):
-            nxt = remove_replica_from_isr(new, r)
-            if nxt is not None:
-                # One epoch bump for the whole change, not one per replica.
-                new = LeaderAndIsr(nxt.leader, current.leader_epoch + 1, nxt.isr, current.zk_version)
-                changed = True
-        return new if changed else None
-
-    def _on_broker_startup(self, regs: dict[int, Any]) -> None:
-        ctx = self.ctx
+    def _broker_startup(self, s: Scope, regs: dict[int, BrokerRegistration]) -> None:
+        ctx = s.ctx
         for b, reg in regs.items():
             ctx.live_brokers[b] = reg
-            self.channel.add_broker(reg)
-        batch = self._batch()
+            s.plan.add_brokers.append(reg)
+        batch = s.plan.batch
         batch.add_update_metadata(set(ctx.live_brokers), ctx.all_partitions())
         for tp in ctx.all_partitions():
             on_new = [r for r in ctx.replicas(tp) if r in regs]
@@ -633,93 +587,46 @@ class KafkaController:
                 continue
             for r in on_new:
                 if tp[0] not in ctx.topics_to_be_deleted:
-                    self._replica_transition(tp, r, ReplicaState.ONLINE)
+                    replica_transition(s, tp, r, ReplicaState.ONLINE)
             if tp in ctx.leadership and tp[0] not in ctx.topics_to_be_deleted:
                 batch.add_leader_and_isr(on_new, tp, ctx)
-        self._trigger_online_partition_state_change(batch)
-        batch.send(ctx, self.channel, self._stop_replica_callback)
-        if self._deleting or ctx.topics_to_be_deleted:
-            self.put(TopicDeletion())
+        trigger_online_partition_state_change(s)
+        if ctx.deletion_pending or ctx.topics_to_be_deleted:
+            s.plan.follow_ups.append(TopicDeletion())
 
     # ------------------------------------------------------------ topics (S9.4, S9.5)
 
     def _on_topic_change(self, _ev: TopicChange) -> None:
-        ctx = self.ctx
         topics = set(self.zk.get_topics())
+        self._run_planned(lambda s: self._topic_change(s, topics))
+
+    def _topic_change(self, s: Scope, topics: set[str]) -> None:
+        ctx = s.ctx
         new = sorted(topics - set(ctx.assignments))
         gone = sorted(set(ctx.assignments) - topics)
-        batch = self._batch()
         for topic in gone:
             ctx.remove_topic(topic)
-            batch.deleted_topics.add(topic)
+            s.plan.batch.deleted_topics.add(topic)
         for topic in new:
-            self._load_topic(topic)
+            self._load_topic(s, topic)
             log.info("controller: new topic %s with assignment %s", topic, ctx.assignments.get(topic))
             for tp in ctx.partitions_of(topic):
-                self._transition(tp, PartitionState.NEW)
+                transition(s, tp, PartitionState.NEW)
                 if tp in ctx.leadership:
-                    self._transition(tp, PartitionState.OFFLINE)  # its state znode exists already
-                    batch.add_leader_and_isr(set(ctx.replicas(tp)), tp, ctx)
+                    transition(s, tp, PartitionState.OFFLINE)  # its state znode exists already
+                    s.plan.batch.add_leader_and_isr(set(ctx.replicas(tp)), tp, ctx)
                 for r in ctx.replicas(tp):
-                    self._replica_transition(tp, r, ReplicaState.NEW)
-            self._trigger_online_partition_state_change(batch, ctx.partitions_of(topic))
+                    replica_transition(s, tp, r, ReplicaState.NEW)
+            trigger_online_partition_state_change(s, ctx.partitions_of(topic))
         if gone:
-            batch.add_update_metadata(set(ctx.live_brokers), [])
-        batch.send(ctx, self.channel, self._stop_replica_callback)
+            s.plan.batch.add_update_metadata(set(ctx.live_brokers), [])
 
     def _on_topic_deletion(self, _ev: TopicDeletion) -> None:
-        ctx = self.ctx
         requested = self.zk.get_topics_to_delete()
-        batch = self._batch()
-        for topic in requested:
-            if not self.settings.delete_topic_enable:
-                log.info("controller: ignoring deletion of %s: delete.topic.enable is false", topic)
-                self.zk.delete_topic_deletion_request(topic)
-                continue
-            if topic not in ctx.assignments:
-                self.zk.delete_topic_deletion_request(topic)
-                continue
-            ctx.topics_to_be_deleted.add(topic)
-            batch.deleted_topics.add(topic)
-            pending = self._deleting.setdefault(topic, set())
-            for tp in ctx.partitions_of(topic):
-                for r in ctx.replicas(tp):
-                    if ctx.replica_states.get((tp, r)) is ReplicaState.DELETION_SUCCESSFUL:
-                        continue
-                    pending.add((tp, r))
-                    if ctx.replica_states.get((tp, r)) is not ReplicaState.DELETION_STARTED:
-                        self._replica_transition(tp, r, ReplicaState.OFFLINE)
-                    if r in ctx.live_brokers:
-                        self._replica_transition(tp, r, ReplicaState.DELETION_STARTED)
-                        batch.add_stop_replica([r], tp, True, ctx)
-                    else:
-                        self._replica_transition(tp, r, ReplicaState.DELETION_INELIGIBLE)
-            log.info("controller: deleting topic %s", topic)
-        if batch.deleted_topics:
-            batch.add_update_metadata(set(ctx.live_brokers), [])
-        batch.send(ctx, self.channel, self._stop_replica_callback)
-        self._maybe_complete_deletions()
+        self._run_planned(lambda s: topic_deletion.on_topic_deletion(s, requested, self.settings.delete_topic_enable))
 
-    def _on_stop_replica_response(self, ev: StopReplicaResponseReceived) -> None:
-        for pe in ev.response.partition_errors:
-            tp = (pe.topic_name, pe.partition_index)
-            pending = self._deleting.get(tp[0])
-            if pending is None:
-                continue
-            started = self.ctx.replica_states.get((tp, ev.broker_id)) is ReplicaState.DELETION_STARTED
-            if pe.error_code == pb.ErrorCode.NONE and started:
-                pending.discard((tp, ev.broker_id))
-                self._replica_transition(tp, ev.broker_id, ReplicaState.DELETION_SUCCESSFUL)
-        self._maybe_complete_deletions()
-
-    def _maybe_complete_deletions(self) -> None:
-        for topic, pending in list(self._deleting.items()):
-            if pending:
-                continue
-            del self._deleting[topic]
-            self.zk.delete_topic_znodes(topic)
-            self.ctx.remove_topic(topic)
-            log.info("controller: topic %s deleted", topic)
+    def _on_stop_replica_response_received(self, ev: StopReplicaResponseReceived) -> None:
+        self._run_planned(lambda s: topic_deletion.on_stop_replica_response(s, ev.broker_id, ev.response))
 
     # ------------------------------------------------------------ preferred replicas (S9.6)
 
@@ -727,164 +634,86 @@ class KafkaController:
         requested = self.zk.get_preferred_replica_election()
         if requested is None:
             return
-        batch = self._batch()
-        for tpid in requested:
-            tp = (tpid.topic, tpid.partition)
-            self._maybe_elect_preferred(tp, batch)
-        batch.send(self.ctx, self.channel, self._stop_replica_callback)
-        self.zk.delete_preferred_replica_election()
 
-    def _maybe_elect_preferred(self, tp: TopicPartition, batch: RequestBatch) -> bool:
-        ctx = self.ctx
+        def plan(s: Scope) -> None:
+            for tpid in requested:
+                self._maybe_elect_preferred(s, (tpid.topic, tpid.partition))
+            s.plan.cleanups.append(("delete_paths", [PreferredReplicaElectionZNode.PATH]))
+
+        self._run_planned(plan)
+
+    @staticmethod
+    def _maybe_elect_preferred(s: Scope, tp: TopicPartition) -> bool:
+        ctx = s.ctx
         st = ctx.leadership.get(tp)
         replicas = ctx.replicas(tp)
-        if st is None or not replicas or st.leader_and_isr.leader == replicas[0] \
-                or tp[0] in ctx.topics_to_be_deleted:
+        if st is None or not replicas or st.leader_and_isr.leader == replicas[0] or tp[0] in ctx.topics_to_be_deleted:
             return False
-        return self._elect_leader(tp, ElectionStrategy.PREFERRED, batch)
+        return elect(s, tp, ElectionStrategy.PREFERRED)
 
     def _on_auto_rebalance(self, _ev: AutoRebalance) -> None:
-        ctx = self.ctx
-        preferred = {tp: ctx.replicas(tp)[0] for tp in ctx.all_partitions() if ctx.replicas(tp)}
-        leaders = {tp: st.leader_and_isr.leader for tp, st in ctx.leadership.items()}
-        batch = self._batch()
-        for tp in imbalanced_partitions(preferred, leaders, self.settings.leader_imbalance_per_broker_percentage):
-            if preferred[tp] in ctx.serving_broker_ids:
-                self._maybe_elect_preferred(tp, batch)
-        batch.send(ctx, self.channel, self._stop_replica_callback)
+        def plan(s: Scope) -> None:
+            ctx = s.ctx
+            preferred = {tp: ctx.replicas(tp)[0] for tp in ctx.all_partitions() if ctx.replicas(tp)}
+            leaders = {tp: st.leader_and_isr.leader for tp, st in ctx.leadership.items()}
+            for tp in imbalanced_partitions(preferred, leaders, self.settings.leader_imbalance_per_broker_percentage):
+                if preferred[tp] in ctx.serving_broker_ids:
+                    self._maybe_elect_preferred(s, tp)
+
+        self._run_planned(plan)
 
     # ------------------------------------------------------------ ISR changes made by leaders
 
     def _on_isr_change_notification(self, _ev: IsrChangeNotification) -> None:
-        changed = self.zk.pop_isr_change_notifications()
-        if not changed:
+        notifications = self.zk.get_isr_change_notifications()
+        if not notifications:
             return
-        ctx = self.ctx
-        tps = []
-        for tpid in changed:
-            tp = (tpid.topic, tpid.partition)
-            st = self.zk.get_partition_state(tpid.topic, tpid.partition)
-            if st is not None and tp in ctx.leadership:
-                ctx.leadership[tp] = st
-                tps.append(tp)
-        batch = self._batch()
-        batch.add_update_metadata(set(ctx.live_brokers), tps)
-        for tp in tps:
-            if tp in ctx.reassignments:
-                self._maybe_complete_reassignment(tp, batch)
-        self._finish_reassignments(batch)
-        batch.send(ctx, self.channel, self._stop_replica_callback)
+        changed = {(tpid.topic, tpid.partition) for _path, tps in notifications for tpid in tps}
+        states = {tp: self.zk.get_partition_state(*tp) for tp in sorted(changed)}
+
+        def plan(s: Scope) -> None:
+            ctx = s.ctx
+            tps = []
+            for tp, st in states.items():
+                if st is not None and tp in ctx.leadership:
+                    ctx.leadership[tp] = st
+                    tps.append(tp)
+            s.plan.batch.add_update_metadata(set(ctx.live_brokers), tps)
+            for tp in tps:
+                if tp in ctx.reassignments:
+                    reassignment.maybe_complete_reassignment(s, tp)
+            reassignment.finish_reassignments(s)
+            s.plan.cleanups.append(("delete_paths", [path for path, _tps in notifications]))
+
+        self._run_planned(plan)
 
     # ------------------------------------------------------------ partition reassignment (S9.6)
 
     def _on_partition_reassignment(self, _ev: PartitionReassignment) -> None:
-        """Kafka 2.x's ZooKeeper reassignment: AR := OAR + RAR, wait until RAR is in the ISR,
-        elect from RAR if the leader must move, AR := RAR, stop and delete the dropped replicas."""
         requested = self.zk.get_partition_reassignment()
         if not requested:
             return
-        ctx = self.ctx
-        batch = self._batch()
-        for tpid, target in requested.items():
-            tp = (tpid.topic, tpid.partition)
-            if tp in ctx.reassignments:
-                continue
-            current = ctx.replicas(tp)
-            st = ctx.leadership.get(tp)
-            reason = None
-            if not current or st is None:
-                reason = "unknown partition"
-            elif not target or len(set(target)) != len(target):
-                reason = f"bad replica list {target}"
-            elif not set(target) <= set(ctx.live_brokers):
-                reason = f"replicas {sorted(set(target) - set(ctx.live_brokers))} are not live"
-            if reason is not None:
-                log.warning("controller: ignoring reassignment of %s-%d: %s", tp[0], tp[1], reason)
-                ctx.reassignments[tp] = []
-                continue
-            ctx.reassignments[tp] = list(target)
-            if list(target) == current:
-                continue
-            union = current + [r for r in target if r not in current]
-            self._set_replicas(tp, union)
-            log.info("controller: reassigning %s-%d from %s to %s", tp[0], tp[1], current, target)
-            # Bump the epoch so every replica of the union learns the new replica set (new ones start fetching).
-            self._change_leadership(tp, lambda cur: cur.new_leader_and_isr(cur.leader, cur.isr), batch)
-            self._maybe_complete_reassignment(tp, batch)
-        self._finish_reassignments(batch)
-        batch.send(ctx, self.channel, self._stop_replica_callback)
-
-    def _set_replicas(self, tp: TopicPartition, replicas: list[int]) -> None:
-        assignment = dict(self.ctx.assignments[tp[0]])
-        assignment[tp[1]] = list(replicas)
-        self.zk.set_assignment(tp[0], assignment)
-        self.ctx.assignments[tp[0]] = assignment
-
-    def _maybe_complete_reassignment(self, tp: TopicPartition, batch: RequestBatch) -> None:
-        ctx = self.ctx
-        target = ctx.reassignments.get(tp)
-        st = ctx.leadership.get(tp)
-        if not target or st is None or not set(target) <= set(st.leader_and_isr.isr):
-            return
-        old = ctx.replicas(tp)
-        live = ctx.serving_broker_ids
-
-        def compute(cur: LeaderAndIsr) -> LeaderAndIsr | None:
-            leader = cur.leader if cur.leader in target and cur.leader in live else next(
-                (r for r in target if r in live and r in cur.isr), NO_LEADER)
-            return cur.new_leader_and_isr(leader, tuple(r for r in cur.isr if r in target))
-
-        if not self._change_leadership(tp, compute, batch):
-            return
-        self._set_replicas(tp, list(target))
-        dropped = [r for r in old if r not in target]
-        batch.add_stop_replica(dropped, tp, True, ctx)
-        for r in dropped:
-            ctx.replica_states.pop((tp, r), None)
-        batch.add_leader_and_isr(set(target), tp, ctx)
-        ctx.reassignments[tp] = []
-        log.info("controller: reassignment of %s-%d to %s complete", tp[0], tp[1], target)
-
-    def _finish_reassignments(self, batch: RequestBatch) -> None:
-        """Drop completed (or refused) partitions from /admin/reassign_partitions."""
-        ctx = self.ctx
-        done = [tp for tp, target in ctx.reassignments.items() if not target]
-        if not done:
-            return
-        for tp in done:
-            del ctx.reassignments[tp]
-        remaining = {TopicPartitionId(*tp): target for tp, target in ctx.reassignments.items()}
-        self.zk.set_partition_reassignment(remaining)
+        self._run_planned(lambda s: reassignment.on_partition_reassignment(s, requested))
 
     # ------------------------------------------------------------ controlled shutdown
 
     def _on_controlled_shutdown(self, ev: ControlledShutdown) -> None:
-        ctx = self.ctx
-        if not self.active:
-            ev.reply.set_result(pb.ControlledShutdownResponse(error_code=pb.ErrorCode.NOT_CONTROLLER))
-            return
-        reg = ctx.live_brokers.get(ev.broker_id)
-        if reg is None:
-            ev.reply.set_result(pb.ControlledShutdownResponse(error_code=pb.ErrorCode.BROKER_NOT_AVAILABLE))
-            return
-        if ev.broker_epoch >= 0 and reg.epoch >= 0 and ev.broker_epoch != reg.epoch:
-            ev.reply.set_result(pb.ControlledShutdownResponse(error_code=pb.ErrorCode.STALE_BROKER_EPOCH))
-            return
-        ctx.shutting_down_broker_ids.add(ev.broker_id)
-        log.info("controller: controlled shutdown of broker %d", ev.broker_id)
-        batch = self._batch()
-        for tp in ctx.partitions_on_broker(ev.broker_id):
-            st = ctx.leadership.get(tp)
-            if st is None or len(ctx.replicas(tp)) < 2:
-                continue
-            if st.leader_and_isr.leader == ev.broker_id:
-                self._elect_leader(tp, ElectionStrategy.CONTROLLED_SHUTDOWN, batch)
-            else:
-                batch.add_stop_replica([ev.broker_id], tp, False, ctx)
-                self._change_leadership(tp, lambda cur: self._without(cur, {ev.broker_id}), batch)
-        batch.send(ctx, self.channel, self._stop_replica_callback)
-        remaining = [tp for tp in ctx.partitions_led_by(ev.broker_id)]
-        resp = pb.ControlledShutdownResponse(error_code=pb.ErrorCode.NONE)
-        for t, p in remaining:
-            resp.remaining_partitions.add(topic_name=t, partition_index=p)
+        resp = self._run_planned(lambda s: controlled_shutdown.on_controlled_shutdown(s, ev.broker_id,
+                                                                                       ev.broker_epoch))
         ev.reply.set_result(resp)
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i:
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+def _thread_timer(delay_s: float, fn: Callable[[], None]) -> threading.Timer:
+    timer = threading.Timer(delay_s, fn)
+    timer.daemon = True
+    timer.start()
+    return timer

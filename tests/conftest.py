@@ -23,6 +23,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers.py for
 from helpers import TEST_ZK_DIGEST, ClusterFixture, fresh_chroot  # noqa: E402 - needs the path above
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--sim-seed", type=int, default=None, metavar="N",
+                     help="replay one seed of the deterministic simulation (tests/simulation) with its trace")
+
+
+@pytest.fixture
+def sim_seed(request: pytest.FixtureRequest) -> int | None:
+    value = request.config.getoption("--sim-seed")
+    return None if value is None else int(value)
+
+
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     zk = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))

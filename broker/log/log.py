@@ -424,6 +424,12 @@ class Log:
         if self.epoch_cache.assign(epoch, start_offset):
             self._checkpoint_epochs()
 
+    def truncate_epochs_from_end(self, end_offset: int) -> None:
+        """Forget epochs starting at or after ``end_offset`` (a follower asking again, KIP-279), and
+        checkpoint it, so a restart does not resurrect them."""
+        if self.epoch_cache.truncate_from_end(end_offset):
+            self._checkpoint_epochs()
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
 

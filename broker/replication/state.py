@@ -171,6 +171,39 @@ class LeaderState:
         return AckDecision(False)
 
 
+# What a delayed acks=all produce answers (Kafka's DelayedProduce.tryComplete / onComplete).
+ACK = "ack"
+WAIT = "wait"
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = "not_enough_replicas_after_append"
+NOT_LEADER = "not_leader"
+TIMED_OUT = "timed_out"
+
+
+def delayed_produce_outcome(state: LeaderState | None, local_high_watermark: int, required_offset: int,
+                            min_insync_replicas: int, timed_out: bool) -> str:
+    """S5.1/S5.2 for a pending acks=all produce ending at ``required_offset`` (exclusive).
+
+    Leadership gone: answered (NOT_LEADER unless the records were already committed). Still the
+    leader - whatever the leader epoch, an ISR shrink bumps it - wait for the high watermark; once
+    it passes, acknowledge only if the ISR is at least min.insync.replicas: a shrunken ISR moves
+    the HW past records only the leader has (issue 14 item 1).
+    """
+    if state is None:
+        return ACK if local_high_watermark >= required_offset else NOT_LEADER
+    decision = state.check_enough_replicas_reach(required_offset, min_insync_replicas)
+    if not decision.done:
+        return TIMED_OUT if timed_out else WAIT
+    return NOT_ENOUGH_REPLICAS_AFTER_APPEND if decision.not_enough_replicas else ACK
+
+
+def adopt_after_isr_conflict(local_id: int, leader_epoch: int, current_leader: int, current_leader_epoch: int) -> bool:
+    """A leader's conditional ISR write lost to another writer. Adopt what ZooKeeper now holds (its
+    ISR and zk_version) when it still names this leader at this epoch - the controller changed the
+    ISR under it - so the next change is made against them; otherwise the leader was deposed and
+    a LeaderAndIsr is on its way (Kafka's checkLeaderAndIsrZkData, KAFKA-2729)."""
+    return current_leader == local_id and current_leader_epoch == leader_epoch
+
+
 def follower_high_watermark(log_end_offset: int, leader_high_watermark: int) -> int:
     """S3.5."""
     return min(log_end_offset, leader_high_watermark)

@@ -232,6 +232,43 @@ def test_s2_4_corrupt_byte_mid_segment_cuts_from_that_batch(tmp_path: Path) -> N
     assert log.log_end_offset == 6
 
 
+@pytest.mark.parametrize(("damage", "clean"), [("torn", False), ("crc", False), ("torn", True)])
+def test_item8_recovery_truncating_a_segment_removes_every_later_segment(tmp_path: Path, damage: str,
+                                                                        clean: bool) -> None:
+    # Kafka's Log.recoverLog: a segment cut short by recovery ends the log. Keeping the later
+    # segments would leave a gap in the offsets (and new appends landing below them).
+    cfg = LogConfig(segment_bytes=300)
+    log = open_log(tmp_path, cfg)
+    fill(log, 9)
+    segs = log.segments
+    assert len(segs) == 3
+    middle = segs[1]
+    last_batch = middle.translate_offset(middle.next_offset - 3)
+    assert last_batch is not None
+    cut_at, path, later = middle.next_offset - 3, middle.log_path, segs[2].log_path
+    leo = log.log_end_offset
+    log.close()
+    if damage == "torn":
+        os.truncate(path, middle.size - 7)
+    else:
+        with open(path, "r+b") as f:
+            f.seek(last_batch[0] + 70)
+            b = f.read(1)
+            f.seek(last_batch[0] + 70)
+            f.write(bytes([b[0] ^ 0xFF]))
+    if clean:
+        (tmp_path / "topic-0" / CLEAN_SHUTDOWN_FILE).touch()
+    log = open_log(tmp_path, cfg, clean_shutdown=clean, recovery_point=0 if not clean else leo)
+    assert log.log_end_offset == cut_at and log.corrupt_tails == 1
+    assert not later.exists() and [s.base_offset for s in log.segments] == [segs[0].base_offset, middle.base_offset]
+    assert [r.offset for r in _read_all(log)] == list(range(cut_at))
+    fill(log, 2)  # appends continue the log without a gap
+    assert [r.offset for r in _read_all(log)] == list(range(cut_at + 6))
+    log.close()
+    log = open_log(tmp_path, cfg, clean_shutdown=False)
+    assert [r.offset for r in _read_all(log)] == list(range(cut_at + 6))
+
+
 def test_clean_reopen_trusts_files_and_rebuilds_a_missing_index(tmp_path: Path) -> None:
     cfg = LogConfig(segment_bytes=400, index_interval_bytes=50)
     log = open_log(tmp_path, cfg)

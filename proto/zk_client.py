@@ -1,21 +1,43 @@
-"""Typed ZooKeeper access for brokers and the controller (Kafka's KafkaZkClient), over kazoo.
+"""Typed ZooKeeper access for brokers and the controller (Kafka's KafkaZkClient): the one gateway.
 
 Every call is blocking (kazoo's synchronous API); callers on an asyncio loop
 run them with ``asyncio.to_thread``. Paths and schemas come only from
-``proto.zk_data``. Partition state writes are conditional on the znode
-version: ``update_partition_state`` returns None when someone else wrote
-first, which is how a deposed controller or leader learns it is stale.
+``proto.zk_data``. The client object is injected-friendly: anything with
+kazoo's ``KazooClient`` API works, which is how the deterministic simulation
+(tests/simulation) runs this very code over an in-memory ZooKeeper.
+
+Lost replies (SPEC S12/S13 of issue 14, Kafka's KAFKA-2729): kazoo retries an
+operation after a ConnectionLoss, and the first attempt may already have been
+applied. So a retried write that fails with NodeExists or BadVersion is not
+taken at its word: the znode is re-read and compared with what was written
+(``_settle``) - equal data (and, for ephemerals, our session) means it was
+ours. Session expiry is never retried under a new session (``ignore_expire``
+off): a deposed controller or leader must learn it lost its session.
+
+Controller writes are guarded by the controller epoch's znode version (Kafka's
+KAFKA-6082 fix): ``commit_guarded`` runs them in one multi-op that also checks
+``/controller_epoch`` is still at the version this controller set, so a zombie
+controller can never write again once a successor exists.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    RolledBackError,
+)
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
@@ -58,6 +80,23 @@ class ControllerMovedError(KafkaError):
     """Someone else became controller while this one was writing."""
 
 
+@dataclass(frozen=True)
+class ZkWrite:
+    """One write of a guarded commit: create, set (conditional on ``version``) or delete."""
+
+    kind: str  # "create" | "set" | "delete"
+    path: str
+    data: bytes = b""
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    applied: bool
+    # On a conflict: the current (data, version) of every path written, None where absent.
+    current: dict[str, tuple[bytes, int] | None] = field(default_factory=dict)
+
+
 def read_digest(path: str) -> tuple[str, str]:
     """(user, password) from a ``zookeeper.digest.auth.file`` holding ``user:password``."""
     try:
@@ -84,7 +123,9 @@ class KafkaZkClient:
         self.private_acl = [make_digest_acl(*digest, all=True)] if digest else None
         self.zk = KazooClient(hosts=chroot_hosts, timeout=session_timeout_ms / 1000.0,
                               connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
-                              command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0},
+                              # ignore_expire=False: a call must not quietly carry on in a new session.
+                              command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0,
+                                             "ignore_expire": False},
                               auth_data=auth, default_acl=self.secure_acl)
         self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000.0
 
@@ -105,6 +146,20 @@ class KafkaZkClient:
 
     def add_state_listener(self, listener: Callable[[KazooState], Any]) -> None:
         self.zk.add_listener(listener)
+
+    # ------------------------------------------------------------ watches
+
+    def watch_children(self, path: str, fn: Callable[[list[str]], bool | None], ensure: bool = True) -> None:
+        """kazoo's ChildrenWatch: ``fn(children)`` now and after every change until it returns False.
+        The recipe re-arms the one-shot ZooKeeper watch itself (S9.1)."""
+        if ensure:
+            self._r(self.zk.ensure_path, path)
+        self.zk.ChildrenWatch(path, fn, send_event=False)
+
+    def watch_data(self, path: str, fn: Callable[[bytes | None, ZnodeStat | None], bool | None]) -> None:
+        """kazoo's DataWatch: ``fn(data, stat)`` now and after every change (None, None: no znode)
+        until it returns False."""
+        self.zk.DataWatch(path, lambda data, stat, *_event: fn(data, stat))
 
     @property
     def session_id(self) -> int:
@@ -127,19 +182,51 @@ class KafkaZkClient:
 
     # ------------------------------------------------------------ brokers
 
+    @classmethod
+    def over(cls, client: Any) -> KafkaZkClient:
+        """A gateway over an already made client (the simulation's in-memory one)."""
+        self = cls.__new__(cls)
+        self.zk = client
+        self.secure_acl = self.private_acl = None
+        self.connection_timeout_s = 10.0
+        return self
+
     def register_broker(self, reg: BrokerRegistration) -> int:
-        """Create the ephemeral /brokers/ids/[id]; returns the broker epoch (its czxid)."""
+        """Create the ephemeral /brokers/ids/[id]; returns the broker epoch (its czxid).
+
+        A lost reply makes the retried create see NodeExists for our own node (same session:
+        ours). A node of our previous incarnation that expires between the create and the read
+        is simply created again (KAFKA-7165-like race of a fast restart)."""
         path = BrokerIdZNode.path(reg.broker_id)
+        for _attempt in range(20):
+            try:
+                self._r(self.zk.create, path, BrokerIdZNode.encode(reg), ephemeral=True, makepath=True)
+            except NodeExistsError:
+                try:
+                    _data, stat = self._r(self.zk.get, path)
+                except NoNodeError:
+                    continue  # the old incarnation's node just expired: try again
+                if stat.ephemeralOwner != self.session_id:
+                    raise BrokerIdInUseError(
+                        f"broker.id {reg.broker_id} is registered by another live broker (session "
+                        f"0x{stat.ephemeralOwner:x}); pick another id or stop that broker") from None
+                return int(stat.czxid)
+            try:
+                _data, stat = self._r(self.zk.get, path)
+            except NoNodeError:
+                continue
+            return int(stat.czxid)
+        raise BrokerIdInUseError(f"broker.id {reg.broker_id}: registration kept racing with an expiring node")
+
+    def own_broker_epoch(self, broker_id: int) -> int | None:
+        """The epoch (czxid) of /brokers/ids/[id] if this session holds it, else None. A broker whose
+        registration reply is still on its way (or was lost) learns its epoch here when the
+        controller's first request names it."""
         try:
-            self._r(self.zk.create, path, BrokerIdZNode.encode(reg), ephemeral=True, makepath=True)
-        except NodeExistsError:
-            _data, stat = self._r(self.zk.get, path)
-            if stat.ephemeralOwner != self.session_id:
-                raise BrokerIdInUseError(
-                    f"broker.id {reg.broker_id} is registered by another live broker (session "
-                    f"0x{stat.ephemeralOwner:x}); pick another id or stop that broker") from None
-        _data, stat = self._r(self.zk.get, path)
-        return int(stat.czxid)
+            _data, stat = self._r(self.zk.get, BrokerIdZNode.path(broker_id))
+        except NoNodeError:
+            return None
+        return int(stat.czxid) if stat.ephemeralOwner == self.session_id else None
 
     def get_broker_ids(self, watch: Callable[..., Any] | None = None) -> list[int]:
         return sorted(int(c) for c in self._r(self.zk.get_children, BrokerIdsZNode.PATH, watch=watch) if c.isdigit())
@@ -168,12 +255,47 @@ class KafkaZkClient:
             return None
         return ControllerZNode.decode(data)
 
-    def try_create_controller(self, broker_id: int, now_ms: int) -> bool:
-        try:
-            self._r(self.zk.create, ControllerZNode.PATH, ControllerZNode.encode(broker_id, now_ms), ephemeral=True)
-            return True
-        except NodeExistsError:
-            return False
+    def register_controller_and_increment_epoch(self, broker_id: int, now_ms: int) -> tuple[int, int] | None:
+        """S9.1/S9.2 as Kafka's registerControllerAndIncrementControllerEpoch: create the ephemeral
+        /controller and bump /controller_epoch in one multi-op, so no one holds /controller with a
+        stale epoch and no two controllers share an epoch. Returns (epoch, epoch zk_version) when
+        this session won, None when another broker holds /controller.
+
+        A lost reply (issue 14 item 3) is recognised: the retried multi meets our own /controller
+        (ephemeralOwner is our session) - then the epoch it wrote is the one there now, since both
+        writes applied together. A concurrent epoch bump (a contender that won and already lost its
+        session) is retried against the new version."""
+        lost = 0
+        for _attempt in range(10):
+            current = self.get_controller_epoch()
+            epoch, version = current if current is not None else (0, -1)
+            tx = self.zk.transaction()
+            tx.create(ControllerZNode.PATH, ControllerZNode.encode(broker_id, now_ms), ephemeral=True)
+            if current is None:
+                tx.create(ControllerEpochZNode.PATH, ControllerEpochZNode.encode(epoch + 1))
+            else:
+                tx.set_data(ControllerEpochZNode.PATH, ControllerEpochZNode.encode(epoch + 1), version)
+            try:
+                results = tx.commit()
+            except (ConnectionLoss, OperationTimeoutError):
+                results = None  # applied or not: ask ZooKeeper below
+                lost += 1
+            if results is not None and not any(isinstance(r, Exception) for r in results):
+                return epoch + 1, version + 1
+            try:
+                _data, stat = self._r(self.zk.get, ControllerZNode.PATH)
+            except NoNodeError:
+                if lost >= 3:
+                    raise ConnectionLoss("could not register as controller: ZooKeeper kept dropping the "
+                                         "connection") from None
+                continue  # not applied (or the winner already gone): try again
+            if stat.ephemeralOwner != self.session_id:
+                return None
+            now = self.get_controller_epoch()
+            if now is None:
+                raise ControllerMovedError("/controller_epoch vanished")
+            return now
+        raise ControllerMovedError("could not register as controller: the controller epoch kept moving")
 
     def delete_controller_if_owner(self) -> None:
         try:
@@ -191,19 +313,74 @@ class KafkaZkClient:
             return None
         return ControllerEpochZNode.decode(data), int(stat.version)
 
-    def increment_controller_epoch(self) -> tuple[int, int]:
-        """Conditional increment (S9.2); raises ControllerMovedError if it lost the race."""
-        current = self.get_controller_epoch()
+    def commit_guarded(self, epoch_zk_version: int, writes: Sequence[ZkWrite]) -> CommitResult:
+        """Apply ``writes`` atomically, only if /controller_epoch is still at ``epoch_zk_version``.
+
+        Raises ControllerMovedError when the epoch moved (a newer controller exists). On any other
+        conflict nothing was applied and the result carries the current data of every path. A
+        lost reply is recognised by re-reading: every written path as written means applied."""
+        if not writes:
+            return CommitResult(True)
+        attempts = 0
+        while True:
+            attempts += 1
+            tx = self.zk.transaction()
+            tx.check(ControllerEpochZNode.PATH, epoch_zk_version)
+            for w in writes:
+                if w.kind == "create":
+                    tx.create(w.path, w.data)
+                elif w.kind == "set":
+                    tx.set_data(w.path, w.data, w.version)
+                else:
+                    tx.delete(w.path, w.version)
+            try:
+                results = tx.commit()
+            except (ConnectionLoss, OperationTimeoutError):
+                if attempts >= 3:
+                    raise
+                if self._applied_already(writes):
+                    return CommitResult(True)
+                continue
+            failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+            if not failures:
+                return CommitResult(True)
+            if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+                raise ControllerMovedError("/controller_epoch moved: a newer controller exists")
+            if attempts > 1 and self._applied_already(writes):
+                return CommitResult(True)  # our previous attempt went through; its reply was lost
+            return CommitResult(False, {w.path: self._read(w.path) for w in writes})
+
+    def path_exists(self, path: str) -> bool:
+        return self._r(self.zk.exists, path) is not None
+
+    def _read(self, path: str) -> tuple[bytes, int] | None:
         try:
-            if current is None:
-                self._r(self.zk.create, ControllerEpochZNode.PATH, ControllerEpochZNode.encode(1))
-                return 1, 0
-            epoch, version = current
-            stat: ZnodeStat = self._r(self.zk.set, ControllerEpochZNode.PATH, ControllerEpochZNode.encode(epoch + 1),
-                                          version=version)
-            return epoch + 1, int(stat.version)
-        except (BadVersionError, NodeExistsError):
-            raise ControllerMovedError("controller epoch changed underneath this controller") from None
+            data, stat = self._r(self.zk.get, path)
+        except NoNodeError:
+            return None
+        return bytes(data), int(stat.version)
+
+    def _applied_already(self, writes: Sequence[ZkWrite]) -> bool:
+        """Does ZooKeeper hold exactly what ``writes`` would have left (data, and the version a
+        conditional set leads to)? Then a commit whose reply was lost went through."""
+        expected: dict[str, tuple[bytes, int | None] | None] = {}
+        for w in writes:
+            if w.kind == "create":
+                expected[w.path] = (w.data, 0)
+            elif w.kind == "set":
+                prev = expected.get(w.path)
+                base = prev[1] if prev is not None else (w.version if w.version >= 0 else None)
+                expected[w.path] = (w.data, None if base is None else base + 1)
+            else:
+                expected[w.path] = None
+        for path, want in expected.items():
+            now = self._read(path)
+            if want is None:
+                if now is not None:
+                    return False
+            elif now is None or now[0] != want[0] or (want[1] is not None and now[1] != want[1]):
+                return False
+        return True
 
     # ------------------------------------------------------------ topics
 
@@ -243,6 +420,13 @@ class KafkaZkClient:
         except NodeExistsError:
             pass
 
+    def get_assignment_with_version(self, topic: str) -> tuple[dict[int, list[int]], int] | None:
+        try:
+            data, stat = self._r(self.zk.get, TopicZNode.path(topic))
+        except NoNodeError:
+            return None
+        return TopicZNode.decode(topic, data), int(stat.version)
+
     def get_topics_to_delete(self, watch: Callable[..., Any] | None = None) -> list[str]:
         return sorted(self._r(self.zk.get_children, DeleteTopicsZNode.PATH, watch=watch))
 
@@ -272,11 +456,22 @@ class KafkaZkClient:
 
     def update_partition_state(self, topic: str, partition: int, state: LeaderIsrAndControllerEpoch,
                                expected_version: int) -> int | None:
-        """Conditional on ``expected_version``; None when it was stale (a newer writer won)."""
+        """Conditional on ``expected_version``; the new zk_version, or None when it was stale (a newer
+        writer won). A lost reply (our write applied, the retry then stale) is recognised by
+        re-reading and comparing, as Kafka's checkLeaderAndIsrZkData (KAFKA-2729)."""
+        path = TopicPartitionStateZNode.path(topic, partition)
+        data = TopicPartitionStateZNode.encode(state)
         try:
-            stat = self._r(self.zk.set, TopicPartitionStateZNode.path(topic, partition),
-                               TopicPartitionStateZNode.encode(state), version=expected_version)
-        except (BadVersionError, NoNodeError):
+            stat = self._r(self.zk.set, path, data, version=expected_version)
+        except NoNodeError:
+            return None
+        except BadVersionError:
+            now = self._read(path)
+            if now is not None and now[1] == expected_version + 1:
+                current = TopicPartitionStateZNode.decode(topic, partition, now[0], now[1])
+                if current.leader_and_isr.with_zk_version(-1) == state.leader_and_isr.with_zk_version(-1) \
+                        and current.controller_epoch == state.controller_epoch:
+                    return now[1]
             return None
         return int(stat.version)
 
@@ -310,12 +505,15 @@ class KafkaZkClient:
         return PreferredReplicaElectionZNode.decode(data)
 
     def create_preferred_replica_election(self, partitions: list[TopicPartitionId]) -> bool:
+        """Request an election; False when one is in progress already (a lost reply to our own
+        create is recognised by its data)."""
+        data = PreferredReplicaElectionZNode.encode(partitions)
         try:
-            self._r(self.zk.create, PreferredReplicaElectionZNode.PATH, PreferredReplicaElectionZNode.encode(partitions),
-                           makepath=True)
+            self._r(self.zk.create, PreferredReplicaElectionZNode.PATH, data, makepath=True)
             return True
         except NodeExistsError:
-            return False
+            current = self._read(PreferredReplicaElectionZNode.PATH)
+            return current is not None and current[0] == data and current[1] == 0
 
     def delete_preferred_replica_election(self) -> None:
         try:
@@ -331,12 +529,14 @@ class KafkaZkClient:
         return ReassignPartitionsZNode.decode(data)
 
     def create_partition_reassignment(self, reassignment: dict[TopicPartitionId, list[int]]) -> bool:
-        """Start a reassignment; False when one is in progress already."""
+        """Start a reassignment; False when one is in progress already (a lost reply to our own
+        create is recognised by its data)."""
+        data = ReassignPartitionsZNode.encode(reassignment)
         try:
-            self._r(self.zk.create, ReassignPartitionsZNode.PATH, ReassignPartitionsZNode.encode(reassignment),
-                    makepath=True)
+            self._r(self.zk.create, ReassignPartitionsZNode.PATH, data, makepath=True)
         except NodeExistsError:
-            return False
+            current = self._read(ReassignPartitionsZNode.PATH)
+            return current is not None and current[0] == data and current[1] == 0
         return True
 
     def set_assignment(self, topic: str, assignment: dict[int, list[int]]) -> None:
@@ -356,6 +556,52 @@ class KafkaZkClient:
         self._r(self.zk.create, IsrChangeNotificationZNode.PREFIX, IsrChangeNotificationZNode.encode(partitions),
                        sequence=True, makepath=True)
 
+    def get_isr_change_notifications(self) -> list[tuple[str, list[TopicPartitionId]]]:
+        """(path, partitions) of every pending notification; the controller deletes them after use."""
+        out = []
+        for child in sorted(self._r(self.zk.get_children, IsrChangeNotificationZNode.PATH)):
+            path = f"{IsrChangeNotificationZNode.PATH}/{child}"
+            try:
+                data, _ = self._r(self.zk.get, path)
+            except NoNodeError:
+                continue
+            out.append((path, IsrChangeNotificationZNode.decode(data)))
+        return out
+
+    def _subtree(self, path: str) -> list[str]:
+        """``path`` and everything under it, children first (what a recursive delete removes)."""
+        try:
+            children = self._r(self.zk.get_children, path)
+        except NoNodeError:
+            return []
+        out: list[str] = []
+        for c in children:
+            out.extend(self._subtree(f"{path}/{c}"))
+        out.append(path)
+        return out
+
+    def delete_guarded(self, epoch_zk_version: int, paths: Sequence[str], recursive: bool = False) -> None:
+        """Delete what exists of ``paths`` (with their subtrees when ``recursive``), in one multi guarded
+        by the controller epoch: a deposed controller deletes nothing (ControllerMovedError)."""
+        for _attempt in range(5):
+            doomed: list[str] = []
+            for p in paths:
+                doomed.extend(self._subtree(p) if recursive else ([p] if self.path_exists(p) else []))
+            if not doomed:
+                return
+            result = self.commit_guarded(epoch_zk_version, [ZkWrite("delete", p) for p in doomed])
+            if result.applied:
+                return
+        log.warning("could not delete %s: they kept changing", list(paths))
+
+    def set_or_delete_guarded(self, epoch_zk_version: int, path: str, data: bytes | None) -> None:
+        """Rewrite ``path`` with ``data`` (delete it when None), guarded by the controller epoch."""
+        if data is None:
+            self.delete_guarded(epoch_zk_version, [path])
+            return
+        if self.path_exists(path):
+            self.commit_guarded(epoch_zk_version, [ZkWrite("set", path, data, -1)])
+
     def pop_isr_change_notifications(self, watch: Callable[..., Any] | None = None) -> list[TopicPartitionId]:
         out: list[TopicPartitionId] = []
         for child in sorted(self._r(self.zk.get_children, IsrChangeNotificationZNode.PATH, watch=watch)):
@@ -369,6 +615,16 @@ class KafkaZkClient:
         return out
 
     # ------------------------------------------------------------ security: SCRAM users, ACLs (S12.3)
+
+    def get_config_change(self, child: str) -> tuple[str, str]:
+        """(entity type, entity name) of one /config/changes notification."""
+        data, _ = self._r(self.zk.get, f"{ConfigChangesZNode.PATH}/{child}")
+        return ConfigChangesZNode.decode_entity(data)
+
+    def get_acl_change(self, child: str) -> tuple[str, str]:
+        """(resource type, resource name) of one /kafka-acl-changes notification."""
+        data, _ = self._r(self.zk.get, f"{AclChangesZNode.PATH}/{child}")
+        return AclChangesZNode.decode(data)
 
     def get_scram_users(self) -> list[str]:
         try:

@@ -1,0 +1,207 @@
+"""Partition and replica state machines at work (Kafka's PartitionStateMachine, ReplicaStateMachine).
+
+Theory of operation: the transition tables and the election rules are pure
+(``controller.state_machine``, ``controller.election``); this module applies them to the
+context copy an event works on (``Scope``), and *stages* every ZooKeeper write in the event's
+plan instead of making it (``controller.plan``): a new partition's state znode is a create, a
+leadership change a set conditional on the zk_version the context holds, and the context is
+updated as if the write succeeded (the version one higher). If the commit finds a conflict,
+the whole copy is thrown away, so nothing here needs to undo anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from controller.context import ControllerContext, TopicPartition
+from controller.plan import Plan
+from controller.state_machine import (
+    ElectionStrategy,
+    PartitionState,
+    ReplicaState,
+    check_partition_transition,
+    check_replica_transition,
+    elect_leader,
+    initial_leader_and_isr,
+    offline_leader_and_isr,
+    remove_replica_from_isr,
+)
+from proto.zk_client import KafkaZkClient, ZkWrite
+from proto.zk_data import (
+    NO_LEADER,
+    LeaderAndIsr,
+    LeaderIsrAndControllerEpoch,
+    TopicPartitionStateZNode,
+    TopicPartitionsZNode,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Scope:
+    """What one event's processing works with: a context copy, its plan, ZooKeeper reads."""
+
+    ctx: ControllerContext
+    plan: Plan
+    zk: KafkaZkClient
+    unclean_leader_election_enable: bool
+
+
+# ------------------------------------------------------------------ transitions
+
+
+def transition(s: Scope, tp: TopicPartition, target: PartitionState) -> None:
+    """Move a partition to ``target``, only along the table of controller.state_machine."""
+    current = s.ctx.partition_states.get(tp, PartitionState.NON_EXISTENT)
+    check_partition_transition(f"{tp[0]}-{tp[1]}", current, target)
+    s.ctx.partition_states[tp] = target
+
+
+def replica_transition(s: Scope, tp: TopicPartition, replica: int, target: ReplicaState) -> None:
+    current = s.ctx.replica_states.get((tp, replica), ReplicaState.NON_EXISTENT)
+    if current is ReplicaState.DELETION_SUCCESSFUL and target is ReplicaState.OFFLINE:
+        return  # already gone; its broker's death changes nothing
+    if current is ReplicaState.DELETION_STARTED and target is ReplicaState.OFFLINE:
+        target = ReplicaState.DELETION_INELIGIBLE  # its broker died mid-deletion: retried on return
+    if current is target and target is not ReplicaState.ONLINE:
+        return
+    if current is ReplicaState.NON_EXISTENT and target in (ReplicaState.ONLINE, ReplicaState.OFFLINE):
+        # A replica the controller has not seen yet (one a reassignment added, issue 14 item 4):
+        # it enters through NEW, as Kafka's replica state machine would have taken it.
+        s.ctx.replica_states[(tp, replica)] = ReplicaState.NEW
+        current = ReplicaState.NEW
+    check_replica_transition(f"{tp[0]}-{tp[1]} on broker {replica}", current, target)
+    s.ctx.replica_states[(tp, replica)] = target
+
+
+# ------------------------------------------------------------------ leadership (staged writes)
+
+
+def change_leadership(s: Scope, tp: TopicPartition, compute: Callable[[LeaderAndIsr], LeaderAndIsr | None]) -> bool:
+    """Stage a new leader/ISR computed from the current one (conditional on its zk_version)."""
+    ctx = s.ctx
+    current = ctx.leadership.get(tp)
+    if current is None:
+        return False
+    new = compute(current.leader_and_isr)
+    if new is None:
+        return False
+    expected = current.leader_and_isr.zk_version
+    state = LeaderIsrAndControllerEpoch(new.with_zk_version(expected + 1), ctx.epoch)
+    s.plan.stage(ZkWrite("set", TopicPartitionStateZNode.path(*tp), TopicPartitionStateZNode.encode(state), expected))
+    ctx.leadership[tp] = state
+    transition(s, tp, PartitionState.ONLINE if new.leader != NO_LEADER else PartitionState.OFFLINE)
+    s.plan.batch.add_leader_and_isr(set(ctx.replicas(tp)), tp, ctx)
+    return True
+
+
+def unclean_enabled(s: Scope, topic: str) -> bool:
+    raw = s.ctx.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
+    if raw is None:
+        return s.unclean_leader_election_enable
+    return raw.strip().lower() == "true"
+
+
+def elect(s: Scope, tp: TopicPartition, strategy: ElectionStrategy, target_replicas: Iterable[int] = ()) -> bool:
+    ctx = s.ctx
+    live = ctx.serving_broker_ids if strategy is not ElectionStrategy.CONTROLLED_SHUTDOWN else set(ctx.live_brokers)
+    unclean = unclean_enabled(s, tp[0])
+    outcome: dict[str, bool] = {}
+
+    def compute(current: LeaderAndIsr) -> LeaderAndIsr | None:
+        decision = elect_leader(strategy, current, ctx.replicas(tp), live, unclean_enabled=unclean,
+                                target_replicas=list(target_replicas), shutting_down=ctx.shutting_down_broker_ids)
+        if decision is None:
+            return None
+        outcome["unclean"] = decision.unclean
+        return decision.leader_and_isr
+
+    if not change_leadership(s, tp, compute):
+        return False
+    s.plan.elections += 1
+    lai = ctx.leadership[tp].leader_and_isr
+    if outcome.get("unclean"):
+        s.plan.unclean_elections += 1
+        log.warning("controller: UNCLEAN election of %d for %s-%d at leader epoch %d (data may be lost)",
+                    lai.leader, tp[0], tp[1], lai.leader_epoch,
+                    extra={"event": "unclean_election", "topic": tp[0], "partition": tp[1]})
+    else:
+        log.info("controller: %s election: %s-%d led by %d at leader epoch %d, isr %s", strategy.value, tp[0],
+                 tp[1], lai.leader, lai.leader_epoch, list(lai.isr),
+                 extra={"event": "election", "topic": tp[0], "partition": tp[1]})
+    return True
+
+
+def without(current: LeaderAndIsr, gone: set[int]) -> LeaderAndIsr | None:
+    """The leader/ISR with ``gone`` removed (one epoch bump for the whole change)."""
+    new = current
+    changed = False
+    for r in sorted(gone):
+        nxt = remove_replica_from_isr(new, r)
+        if nxt is not None:
+            new = LeaderAndIsr(nxt.leader, current.leader_epoch + 1, nxt.isr, current.zk_version)
+            changed = True
+    return new if changed else None
+
+
+def initialize_leadership(s: Scope, tp: TopicPartition) -> None:
+    """S9.4: a NEW partition's first leader and ISR; its state znode is created (staged)."""
+    ctx = s.ctx
+    existing = s.zk.get_partition_state(*tp)
+    if existing is not None:
+        # Written before (a previous controller, or a lost reply): take it as it is.
+        ctx.leadership[tp] = existing
+        transition(s, tp, PartitionState.OFFLINE)
+        trigger_online_partition_state_change(s, [tp])
+        return
+    lai = initial_leader_and_isr(ctx.replicas(tp), ctx.serving_broker_ids)
+    if lai is None:
+        log.warning("controller: no live replica for new partition %s-%d (replicas %s)", tp[0], tp[1],
+                    ctx.replicas(tp))
+        return
+    state = LeaderIsrAndControllerEpoch(lai.with_zk_version(0), ctx.epoch)
+    for parent in (TopicPartitionsZNode.path(tp[0]), f"{TopicPartitionsZNode.path(tp[0])}/{tp[1]}"):
+        if parent not in s.plan.created and not s.zk.path_exists(parent):
+            s.plan.stage(ZkWrite("create", parent))
+            s.plan.created.add(parent)
+    s.plan.stage(ZkWrite("create", TopicPartitionStateZNode.path(*tp), TopicPartitionStateZNode.encode(state)))
+    ctx.leadership[tp] = state
+    transition(s, tp, PartitionState.ONLINE)
+    for r in ctx.replicas(tp):
+        replica_transition(s, tp, r, ReplicaState.ONLINE if r in ctx.live_brokers else ReplicaState.OFFLINE)
+    s.plan.batch.add_leader_and_isr(set(ctx.replicas(tp)), tp, ctx, is_new=True)
+
+
+def mark_offline(s: Scope, tp: TopicPartition) -> None:
+    """S7.3: no replica may lead; record leader -1 (unless already so)."""
+    live = s.ctx.serving_broker_ids
+
+    def compute(current: LeaderAndIsr) -> LeaderAndIsr | None:
+        if current.leader == NO_LEADER:
+            return None
+        return offline_leader_and_isr(current, live)
+
+    if not change_leadership(s, tp, compute):
+        transition(s, tp, PartitionState.OFFLINE)
+    log.warning("controller: %s-%d is offline: no in-sync replica is alive", tp[0], tp[1],
+                extra={"event": "offline", "topic": tp[0], "partition": tp[1]})
+
+
+def trigger_online_partition_state_change(s: Scope, only: Iterable[TopicPartition] | None = None) -> None:
+    """NEW and OFFLINE partitions -> ONLINE where a leader can be found (S7.2, S7.3, S9.4)."""
+    ctx = s.ctx
+    candidates = list(only) if only is not None else ctx.all_partitions()
+    for tp in candidates:
+        if tp[0] in ctx.topics_to_be_deleted:
+            continue
+        state = ctx.partition_states.get(tp)
+        if state is PartitionState.NEW:
+            initialize_leadership(s, tp)
+            continue
+        needs_leader = state is PartitionState.OFFLINE or (
+            state is PartitionState.ONLINE and ctx.leadership[tp].leader_and_isr.leader not in ctx.serving_broker_ids)
+        if needs_leader and not elect(s, tp, ElectionStrategy.OFFLINE):
+            mark_offline(s, tp)

@@ -1,0 +1,215 @@
+"""The controller's shell (controller/controller.py) over the simulation's in-memory ZooKeeper:
+failures resign instead of running on half-applied (issue 14 item 6), the failover is not active
+until its load committed, Expire jumps the queue (item 5), and two defects the simulation found
+(watches after a reconnect; elections that failed for good). No sockets, no threads."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulation"))
+from sim_zk import SimKazooClient, SimZooKeeper
+
+from controller.controller import ControllerSettings, KafkaController
+from controller.events import BrokerChange, Expire, TopicChange
+from proto.zk_client import KafkaZkClient
+from proto.zk_data import NO_LEADER, BrokerRegistration, Endpoint
+
+RETRY = {"max_tries": 3, "delay": 0.1, "max_delay": 1.0, "ignore_expire": False}
+
+
+class Recorder:
+    """The controller's channels: requests recorded instead of sent."""
+
+    def __init__(self) -> None:
+        self.brokers: set[int] = set()
+        self.sent: list[tuple[int, str, Any]] = []
+
+    def add_broker(self, reg: BrokerRegistration) -> None:
+        self.brokers.add(reg.broker_id)
+
+    def remove_broker(self, broker_id: int) -> None:
+        self.brokers.discard(broker_id)
+
+    def send(self, broker_id: int, method: str, request: Any, callback: Any = None) -> None:
+        if broker_id in self.brokers:
+            self.sent.append((broker_id, method, request))
+
+    def shutdown(self) -> None:
+        self.brokers.clear()
+
+    def leader_and_isr(self, broker_id: int | None = None) -> list[Any]:
+        return [r for b, m, r in self.sent if m == "LeaderAndIsr" and broker_id in (None, b)]
+
+
+class Timer:
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.server = SimZooKeeper()
+        self.faulty = False
+        self.brokers: dict[int, SimKazooClient] = {}
+        admin = self.gateway("admin")[0]
+        admin.ensure_persistent_paths()
+        for b in (1, 2, 3):
+            self.register(b)
+        admin.create_topic("t", {0: [1, 2, 3], 1: [3, 1, 2]}, {})
+        self.client = self.server.client(name="controller", command_retry=RETRY, fault_policy=self.policy)
+        self.client.start()
+        self.channel = Recorder()
+        self.timers: list[Timer] = []
+        self.controller = KafkaController(ControllerSettings(broker_id=1, auto_leader_rebalance_enable=False),
+                                          KafkaZkClient.over(self.client), channel=self.channel,
+                                          schedule=self.schedule, threaded=False)
+        self.client.add_listener(self.controller.on_zk_state)
+
+    def gateway(self, name: str) -> tuple[KafkaZkClient, SimKazooClient]:
+        client = self.server.client(name=name, command_retry=RETRY)
+        client.start()
+        return KafkaZkClient.over(client), client
+
+    def register(self, broker_id: int) -> int:
+        gw, client = self.gateway(f"broker-{broker_id}")
+        self.brokers[broker_id] = client
+        return gw.register_broker(BrokerRegistration(
+            broker_id, "localhost", 9000 + broker_id, 0,
+            endpoints=(Endpoint("INTERNAL", "localhost", 9000 + broker_id, "SSL"),), inter_broker_listener="INTERNAL"))
+
+    def kill(self, broker_id: int) -> None:
+        sid = self.brokers[broker_id].session_id
+        assert sid is not None
+        self.server.expire_session(sid)
+
+    def policy(self, op: str, _path: str) -> str | None:
+        # While faulty, every multi-op of the controller is lost before it reaches ZooKeeper.
+        return "before" if self.faulty and op == "transaction" else None
+
+    def schedule(self, _delay_s: float, fn: Callable[[], None]) -> Timer:
+        timer = Timer(fn)
+        self.timers.append(timer)
+        return timer
+
+    def fire_timers(self) -> None:
+        due, self.timers = self.timers, []
+        for t in due:
+            if not t.cancelled:
+                t.fn()
+
+    def run(self, limit: int = 500) -> None:
+        """Deliver watches and process events until nothing is left (bounded: while ZooKeeper keeps
+        failing, every reconnect makes the controller look again, so it never goes quiet)."""
+        for _ in range(limit):
+            self.server.deliver_watches()
+            if not self.controller.pending:
+                return
+            self.controller.process(self.controller.pending.pop(0))
+        assert self.faulty, "the controller did not go quiet"
+
+
+def started() -> Harness:
+    h = Harness()
+    h.controller.start()
+    h.run()
+    assert h.controller.active
+    return h
+
+
+def test_failover_is_active_only_after_its_load_committed_and_a_failed_one_is_retried() -> None:
+    """Item 6: ``active`` was set before the load; a failed load left an acting controller with a
+    partial view. Now it resigns, gives up /controller and tries again later."""
+    h = Harness()
+    registered: list[bool] = []
+
+    def policy(op: str, path: str) -> str | None:
+        if op == "transaction" and path == "/controller":
+            registered.append(True)  # the registration multi goes through
+            return None
+        return h.policy(op, path)
+
+    h.client.fault_policy = policy
+    h.faulty = True
+    h.controller.start()
+    h.run()
+    assert registered and not h.controller.active
+    assert h.controller.last_failure is not None
+    assert h.server.node("/controller") is None  # released for the others
+    assert not h.channel.leader_and_isr()  # nothing half-done was sent
+    assert [t for t in h.timers if not t.cancelled]  # an election retry is scheduled
+    h.faulty = False
+    h.fire_timers()
+    h.run()
+    assert h.controller.active and h.controller.ctx.epoch >= 1
+    assert {tp for tp in h.controller.ctx.leadership} == {("t", 0), ("t", 1)}
+    assert h.channel.leader_and_isr(2)
+
+
+def test_an_event_that_fails_resigns_and_the_reelection_finishes_the_work() -> None:
+    """Item 6: a failed event was dropped half-applied (ZooKeeper written, LeaderAndIsr never
+    sent). Now nothing is written unless all of it is, and the controller resigns and re-elects."""
+    h = started()
+    sent_before = len(h.channel.sent)
+    h.faulty = True
+    h.kill(3)  # broker 3 leads t-1
+    h.server.deliver_watches()
+    h.controller.process(BrokerChange())
+    assert not h.controller.active and h.controller.resignations == 1
+    assert len(h.channel.sent) == sent_before  # nothing from the failed event went out
+    state = h.controller.zk.get_partition_state("t", 1)
+    assert state is not None and state.leader_and_isr.leader == 3  # and nothing was written
+    h.faulty = False
+    h.run()
+    h.fire_timers()
+    h.run()
+    assert h.controller.active
+    state = h.controller.zk.get_partition_state("t", 1)
+    assert state is not None and state.leader_and_isr.leader not in (3, NO_LEADER)
+    assert any(ps.partition_index == 1 and ps.leader == state.leader_and_isr.leader
+               for req in h.channel.leader_and_isr(2) for ps in req.partition_states)
+
+
+def test_expire_clears_the_queue_and_goes_first() -> None:
+    """Item 5: the expiry was queued behind pending events, which a deposed controller then ran."""
+    h = started()
+    h.controller.put(TopicChange())
+    h.controller.put(BrokerChange())
+    h.controller.put(Expire())
+    assert [type(e) for e in h.controller.pending] == [Expire]
+
+
+def test_a_broker_that_bounced_while_the_controller_was_disconnected_is_noticed() -> None:
+    """Found by simulation: kazoo does not re-send watches after a reconnect and its recipes stay
+    silent when the child list looks the same - a broker that restarted meanwhile (same id, new
+    epoch) was never sent its LeaderAndIsr."""
+    h = started()
+    h.server.disconnect(h.client)
+    h.kill(2)
+    new_epoch = h.register(2)
+    h.server.reconnect(h.client)
+    h.run()
+    assert h.controller.ctx.live_brokers[2].epoch == new_epoch
+    assert any(req.broker_epoch == new_epoch for req in h.channel.leader_and_isr(2))
+
+
+def test_an_election_that_failed_is_tried_again() -> None:
+    """Found by simulation: with ZooKeeper unreachable for the gateway's bounded retries the
+    election raised, and nothing ran it again if /controller never changed."""
+    h = Harness()
+    h.faulty = True
+    h.client.fault_policy = lambda op, path: "before" if op == "transaction" and h.faulty else None
+    h.controller.start()
+    h.run()
+    assert not h.controller.active and [t for t in h.timers if not t.cancelled]
+    h.faulty = False
+    h.fire_timers()
+    h.run()
+    assert h.controller.active

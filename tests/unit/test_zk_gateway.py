@@ -1,0 +1,256 @@
+"""The ZooKeeper gateway (proto/zk_client.py) against lost replies, expiring sessions and races,
+over the simulation's in-memory ZooKeeper (tests/simulation/sim_zk.py, itself tested against the
+real server). Issue 14 items 2, 3, 5 and 7, and the lost-commit case the simulation found."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kazoo.exceptions import SessionExpiredError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulation"))
+from sim_zk import SimKazooClient, SimZooKeeper, fault_once
+
+from proto.zk_client import (
+    BrokerIdInUseError,
+    ControllerMovedError,
+    KafkaZkClient,
+    ZkWrite,
+)
+from proto.zk_data import (
+    BrokerIdZNode,
+    BrokerRegistration,
+    ControllerZNode,
+    Endpoint,
+    LeaderAndIsr,
+    LeaderIsrAndControllerEpoch,
+    TopicPartitionId,
+    TopicPartitionStateZNode,
+)
+
+RETRY = {"max_tries": 3, "delay": 0.1, "max_delay": 1.0, "ignore_expire": False}
+Policy = Callable[[str, str], "str | None"]
+
+
+def gateway(server: SimZooKeeper, policy: Policy | None = None, name: str = "broker") -> tuple[KafkaZkClient,
+                                                                                               SimKazooClient]:
+    client = server.client(name=name, command_retry=RETRY, fault_policy=policy)
+    client.start()
+    gw = KafkaZkClient.over(client)
+    gw.ensure_persistent_paths()
+    return gw, client
+
+
+def registration(broker_id: int = 1) -> BrokerRegistration:
+    return BrokerRegistration(broker_id, "localhost", 9092, 0, endpoints=(Endpoint("INTERNAL", "localhost", 9092, "SSL"),),
+                              inter_broker_listener="INTERNAL")
+
+
+def state(leader: int, epoch: int, isr: tuple[int, ...], controller_epoch: int = 1) -> LeaderIsrAndControllerEpoch:
+    return LeaderIsrAndControllerEpoch(LeaderAndIsr(leader, epoch, isr, 0), controller_epoch)
+
+
+# ---------------------------------------------------------------- broker registration (item 7)
+
+
+def test_register_broker_lost_reply_is_our_node() -> None:
+    server = SimZooKeeper()
+    gw, client = gateway(server, fault_once("after", "create", BrokerIdZNode.path(1)))
+    epoch = gw.register_broker(registration())
+    node = server.node(BrokerIdZNode.path(1))
+    assert node is not None and node[1].czxid == epoch and node[1].ephemeralOwner == client.session_id
+
+
+def test_register_broker_when_the_old_incarnations_node_expires_between_create_and_get() -> None:
+    """Item 7: NodeExists on create (the node of our killed previous incarnation), then that
+    session expires before the follow-up read: the old code raised NoNodeError and the broker
+    stayed down; now it creates its node again."""
+    server = SimZooKeeper()
+    old, old_client = gateway(server, name="old incarnation")
+    old.register_broker(registration())
+    old_session = old_client.session_id
+    assert old_session is not None
+    old_client.crash()  # kill -9: the session lingers until it times out
+    expired = []
+
+    def policy(op: str, path: str) -> str | None:
+        if op == "get" and path == BrokerIdZNode.path(1) and not expired:
+            server.expire_session(old_session)  # ... just now
+            expired.append(True)
+        return None
+
+    gw, client = gateway(server, policy, name="new incarnation")
+    epoch = gw.register_broker(registration())
+    node = server.node(BrokerIdZNode.path(1))
+    assert expired and node is not None and node[1].ephemeralOwner == client.session_id and node[1].czxid == epoch
+
+
+def test_register_broker_refuses_an_id_held_by_a_live_broker() -> None:
+    server = SimZooKeeper()
+    gateway(server, name="other")[0].register_broker(registration())
+    gw, _client = gateway(server)
+    with pytest.raises(BrokerIdInUseError):
+        gw.register_broker(registration())
+
+
+# ---------------------------------------------------------------- controller election (items 3, 5)
+
+
+def test_controller_registration_lost_reply_is_ours() -> None:
+    """Item 3: the retried create meets our own node; the old code answered "someone else" and
+    /controller then named a broker that never acted."""
+    server = SimZooKeeper()
+    gw, _client = gateway(server, fault_once("after", "transaction", ControllerZNode.PATH))
+    assert gw.register_controller_and_increment_epoch(1, 0) == (1, 0)
+    assert gw.get_controller_id() == 1 and gw.get_controller_epoch() == (1, 0)
+
+
+def test_controller_registration_bumps_the_epoch_each_time() -> None:
+    server = SimZooKeeper()
+    gw, _client = gateway(server)
+    assert gw.register_controller_and_increment_epoch(1, 0) == (1, 0)
+    gw.delete_controller_if_owner()
+    gw.zk.fault_policy = fault_once("after", "transaction")
+    assert gw.register_controller_and_increment_epoch(1, 0) == (2, 1)
+    assert gw.get_controller_epoch() == (2, 1)
+
+
+def test_controller_registration_lost_to_another_broker() -> None:
+    server = SimZooKeeper()
+    other, _ = gateway(server, name="other")
+    assert other.register_controller_and_increment_epoch(2, 0) == (1, 0)
+    gw, _client = gateway(server)
+    assert gw.register_controller_and_increment_epoch(1, 0) is None
+    assert gw.get_controller_epoch() == (1, 0)  # the loser wrote nothing
+
+
+def test_controller_registration_after_a_concurrent_epoch_bump() -> None:
+    """The epoch moved between our read and our multi (a contender that won and lost its session
+    already): the multi fails as a whole and is tried again at the new version."""
+    server = SimZooKeeper()
+    gw, _client = gateway(server)
+    other, other_client = gateway(server, name="other")
+    bumped = []
+
+    def policy(op: str, path: str) -> str | None:
+        if op == "transaction" and not bumped:
+            bumped.append(True)
+            assert other.register_controller_and_increment_epoch(2, 0) == (1, 0)
+            assert other_client.session_id is not None
+            server.expire_session(other_client.session_id)
+        return None
+
+    gw.zk.fault_policy = policy
+    assert gw.register_controller_and_increment_epoch(1, 0) == (2, 1)
+    assert gw.get_controller_id() == 1
+
+
+def _epoch_version(gw: KafkaZkClient) -> int:
+    won = gw.register_controller_and_increment_epoch(1, 0)
+    assert won is not None
+    return won[1]
+
+
+def _partition(gw: KafkaZkClient) -> str:
+    gw.create_topic("t", {0: [1, 2]}, {})
+    path = TopicPartitionStateZNode.path("t", 0)
+    gw.zk.ensure_path(path.rsplit("/", 1)[0])
+    gw.zk.create(path, TopicPartitionStateZNode.encode(state(1, 0, (1, 2))))
+    return path
+
+
+def test_commit_guarded_lost_reply_counts_as_applied() -> None:
+    server = SimZooKeeper()
+    gw, _client = gateway(server)
+    epoch_version = _epoch_version(gw)
+    path = _partition(gw)
+    gw.zk.fault_policy = fault_once("after", "transaction")
+    result = gw.commit_guarded(epoch_version, [ZkWrite("set", path, TopicPartitionStateZNode.encode(state(1, 1, (1,))), 0)])
+    assert result.applied
+    assert server.node(path)[1].version == 1  # type: ignore[index]
+
+
+def test_commit_guarded_lost_reply_with_two_writes_to_one_path() -> None:
+    """Found by simulation: a partition changed twice in one event. Comparing each write on its own
+    made the applied commit look unapplied; the controller then replanned on top of its own
+    writes and never sent the first change's LeaderAndIsr (a follower lost acknowledged data)."""
+    server = SimZooKeeper()
+    gw, _client = gateway(server)
+    epoch_version = _epoch_version(gw)
+    path = _partition(gw)
+    gw.zk.fault_policy = fault_once("after", "transaction")
+    writes = [ZkWrite("set", path, TopicPartitionStateZNode.encode(state(1, 1, (1,))), 0),
+              ZkWrite("set", path, TopicPartitionStateZNode.encode(state(1, 2, (1, 2))), 1)]
+    assert gw.commit_guarded(epoch_version, writes).applied
+    assert server.node(path)[1].version == 2  # type: ignore[index]
+
+
+def test_commit_guarded_refuses_a_zombie_controller() -> None:
+    """Item 5 (KAFKA-6082): once a newer controller bumped /controller_epoch, nothing the old one
+    stages is written."""
+    server = SimZooKeeper()
+    gw, _client = gateway(server)
+    epoch_version = _epoch_version(gw)
+    path = _partition(gw)
+    gw.delete_controller_if_owner()
+    newer, _ = gateway(server, name="newer controller")
+    assert newer.register_controller_and_increment_epoch(2, 0) is not None
+    with pytest.raises(ControllerMovedError):
+        gw.commit_guarded(epoch_version, [ZkWrite("set", path, TopicPartitionStateZNode.encode(state(2, 1, (2,))), 0)])
+    assert server.node(path)[1].version == 0  # type: ignore[index]
+
+
+def test_commit_guarded_conflict_returns_what_zookeeper_holds() -> None:
+    server = SimZooKeeper()
+    gw, _client = gateway(server)
+    epoch_version = _epoch_version(gw)
+    path = _partition(gw)
+    gw.zk.set(path, TopicPartitionStateZNode.encode(state(1, 0, (1,))), version=0)  # the leader shrank the ISR
+    result = gw.commit_guarded(epoch_version, [ZkWrite("set", path, TopicPartitionStateZNode.encode(state(2, 1, (2,))), 0)])
+    assert not result.applied and result.current[path] is not None and result.current[path][1] == 1
+
+
+def test_session_expiry_is_not_retried_in_a_new_session() -> None:
+    """Item 5: kazoo's default retry carries a call over into a new session; a deposed controller
+    must see the expiry instead."""
+    server = SimZooKeeper()
+    gw, client = gateway(server)
+    assert client.session_id is not None
+    server.expire_session(client.session_id)
+    with pytest.raises(SessionExpiredError):
+        gw.register_controller_and_increment_epoch(1, 0)
+
+
+# ---------------------------------------------------------------- leader ISR writes (item 2)
+
+
+def test_isr_write_lost_reply_is_recognised() -> None:
+    """Item 2 (KAFKA-2729): our conditional write applied, its reply lost, the retry got
+    BadVersion; the old code concluded it was deposed and kept the old ISR forever."""
+    server = SimZooKeeper()
+    gw, _client = gateway(server)
+    _partition(gw)
+    gw.zk.fault_policy = fault_once("after", "set")
+    assert gw.update_partition_state("t", 0, state(1, 0, (1,)), 0) == 1
+
+
+def test_isr_write_that_lost_to_the_controller() -> None:
+    server = SimZooKeeper()
+    gw, _client = gateway(server)
+    path = _partition(gw)
+    gw.zk.set(path, TopicPartitionStateZNode.encode(state(2, 1, (2,))), version=0)
+    assert gw.update_partition_state("t", 0, state(1, 0, (1,)), 0) is None
+
+
+# ---------------------------------------------------------------- admin requests
+
+
+def test_reassignment_request_lost_reply() -> None:
+    server = SimZooKeeper()
+    gw, _client = gateway(server, fault_once("after", "create"))
+    assert gw.create_partition_reassignment({TopicPartitionId("t", 0): [2, 3]})
+    other, _ = gateway(server, name="other")
+    assert not other.create_partition_reassignment({TopicPartitionId("t", 0): [1, 3]})
