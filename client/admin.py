@@ -14,18 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
-
 from client.connection import ClusterView, raise_for
 from client.consumer import TopicPartition
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.scram import MECHANISM, MIN_ITERATIONS, salt_password
 from proto.transport import ChannelSecurity, client_security
-from proto.zk_data import (
-    ConsumersZNode,
-)
+from proto.zk_client import KafkaZkClient
 
 E = pb.ErrorCode
 
@@ -81,13 +76,12 @@ class AdminClient:
         self.view = ClusterView(bootstrap_servers, timeout_s=request_timeout_ms / 1000.0, security=self.security)
         self.timeout_s = request_timeout_ms / 1000.0
         self.zookeeper_connect = zookeeper_connect
-        self._zk: KazooClient | None = None
+        self._zk: KafkaZkClient | None = None
 
     def close(self) -> None:
         self.view.close()
         if self._zk is not None:
             self._zk.stop()
-            self._zk.close()
 
     def __enter__(self) -> AdminClient:
         return self
@@ -177,14 +171,16 @@ class AdminClient:
 
     # ------------------------------------------------------------ ZooKeeper-side operations
 
-    def _zk_client(self) -> KazooClient:
+    def _zk_client(self) -> KafkaZkClient:
         if self._zk is None:
             if not self.zookeeper_connect:
                 raise errors.InvalidRequestError("this operation needs --zookeeper (groups and admin requests "
                                                  "live in ZooKeeper)")
             logging.getLogger("kazoo").setLevel(logging.ERROR)
-            self._zk = KazooClient(hosts=self.zookeeper_connect, timeout=10)
-            self._zk.start(timeout=self.timeout_s)
+            zk = KafkaZkClient(self.zookeeper_connect, session_timeout_ms=10000,
+                               connection_timeout_ms=int(self.timeout_s * 1000))
+            zk.start()
+            self._zk = zk
         return self._zk
 
     def elect_preferred_leaders(self, partitions: Sequence[TopicPartition],
@@ -260,35 +256,21 @@ class AdminClient:
         return out
 
     def list_groups(self) -> list[str]:
-        zk = self._zk_client()
-        try:
-            return sorted(zk.get_children(ConsumersZNode.PATH))
-        except NoNodeError:
-            return []
+        return self._zk_client().list_groups()
 
     def describe_group(self, group: str) -> list[GroupPartition]:
         zk = self._zk_client()
-        base = f"{ConsumersZNode.PATH}/{group}"
-        if not zk.exists(base):
+        if not zk.group_exists(group):
             raise errors.GroupIdNotFoundError(f"group {group!r} does not exist")
-        topics: set[str] = set()
-        for sub in ("offsets", "owners"):
-            if zk.exists(f"{base}/{sub}"):
-                topics.update(zk.get_children(f"{base}/{sub}"))
+        topics = zk.group_topics(group)
         out = []
         for topic in sorted(topics):
             self.view.refresh([topic])
             parts = self.view.partitions_of(topic)
             offsets = self._offsets(topic, parts)
             for p in parts:
-                try:
-                    current: int | None = int(zk.get(ConsumersZNode.offset(group, topic, p))[0].decode())
-                except (NoNodeError, ValueError):
-                    current = None
-                try:
-                    owner: str | None = zk.get(ConsumersZNode.owner(group, topic, p))[0].decode()
-                except NoNodeError:
-                    owner = None
+                current = zk.get_committed_offset(group, topic, p)
+                owner = zk.get_partition_owner(group, topic, p)
                 leo = offsets.get(p, (-1, -1))[0]
                 lag = leo - current if current is not None and leo >= 0 else None
                 out.append(GroupPartition(topic, p, current, leo, lag, owner))
@@ -299,7 +281,7 @@ class AdminClient:
         """to: earliest | latest | offset | timestamp. A dry run unless ``execute``; refused while
         the group has live members (as kafka-consumer-groups does)."""
         zk = self._zk_client()
-        if execute and zk.exists(ConsumersZNode.ids(group)) and zk.get_children(ConsumersZNode.ids(group)):
+        if execute and zk.get_group_members(group):
             raise errors.InvalidRequestError(f"group {group!r} has active members; stop them first")
         self.view.refresh([topic])
         parts = self.view.partitions_of(topic)
@@ -325,9 +307,5 @@ class AdminClient:
                 raise errors.InvalidRequestError(f"unknown reset target {to!r}")
         if execute:
             for tp, off in plan.items():
-                path = ConsumersZNode.offset(group, tp.topic, tp.partition)
-                if zk.exists(path):
-                    zk.set(path, str(off).encode())
-                else:
-                    zk.create(path, str(off).encode(), makepath=True)
+                zk.commit_offset(group, tp.topic, tp.partition, off)
         return plan

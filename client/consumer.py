@@ -25,7 +25,6 @@ consumer-group issue asks for, is implemented.)
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -34,15 +33,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import grpc
-from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.protocol.states import KazooState
 
 from client.connection import ClusterView, Connection, parse_bootstrap
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Header, decode_batch, iter_headers
 from proto.transport import ChannelSecurity, client_security
+from proto.zk_client import KafkaZkClient, ZkState
 from proto.zk_data import ConsumersZNode, TopicZNode
 
 log = logging.getLogger(__name__)
@@ -137,7 +134,7 @@ class Consumer:
         self._subscription: list[str] = []
         self._closed = False
         self._last_commit = time.monotonic()
-        self._zk: KazooClient | None = None
+        self._zk: KafkaZkClient | None = None
         self._rebalance_needed = threading.Event()
         self._session_lost = threading.Event()
         self._rejoin_needed = threading.Event()
@@ -414,22 +411,24 @@ class Consumer:
 
     # ------------------------------------------------------------ committed offsets (S11.3)
 
-    def _zk_client(self) -> KazooClient:
+    def _zk_client(self) -> KafkaZkClient:
         if self._zk is None:
             if not self._zk_connect:
                 raise errors.InvalidGroupIdError("consumer groups need zookeeper_connect (SPEC S11)")
             logging.getLogger("kazoo").setLevel(logging.ERROR)
-            self._zk = KazooClient(hosts=self._zk_connect, timeout=self._zk_session_timeout_s)
-            self._zk.start(timeout=self.request_timeout_s)
-            self._zk.add_listener(self._on_zk_state)
+            zk = KafkaZkClient(self._zk_connect, session_timeout_ms=int(self._zk_session_timeout_s * 1000),
+                               connection_timeout_ms=int(self.request_timeout_s * 1000))
+            zk.start()
+            zk.add_state_listener(self._on_zk_state)
+            self._zk = zk
         return self._zk
 
-    def _on_zk_state(self, state: KazooState) -> None:
+    def _on_zk_state(self, state: str) -> None:
         """kazoo's thread. A lost session took our member and owner znodes with it: we own nothing
         any more (no commits for those partitions) and must join again (issue 14 item 8)."""
-        if state == KazooState.LOST:
+        if state == ZkState.LOST:
             self._session_lost.set()
-        elif state == KazooState.CONNECTED and self._session_lost.is_set() and self._subscription:
+        elif state == ZkState.CONNECTED and self._session_lost.is_set() and self._subscription:
             self._rejoin_needed.set()
 
     def committed(self, tp: TopicPartition | tuple[str, int]) -> int | None:
@@ -440,14 +439,7 @@ class Consumer:
         if self.group_id is None:
             return {tp: None for tp in tps}
         zk = self._zk_client()
-        out: dict[TopicPartition, int | None] = {}
-        for tp in tps:
-            try:
-                data, _ = zk.get(ConsumersZNode.offset(self.group_id, tp.topic, tp.partition))
-                out[tp] = int(data.decode())
-            except (NoNodeError, ValueError):
-                out[tp] = None
-        return out
+        return {tp: zk.get_committed_offset(self.group_id, tp.topic, tp.partition) for tp in tps}
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Store the positions (or ``offsets``): the next offset to consume, per partition. A group
@@ -464,15 +456,7 @@ class Consumer:
                 log.info("consumer %s: not committing %s: no longer owned", self.consumer_id, skipped)
             wanted = {tp: o for tp, o in wanted.items() if tp in owned}
         for tp, off in wanted.items():
-            path = ConsumersZNode.offset(self.group_id, tp.topic, tp.partition)
-            data = str(off).encode()
-            try:
-                zk.set(path, data)
-            except NoNodeError:
-                try:
-                    zk.create(path, data, makepath=True)
-                except NodeExistsError:
-                    zk.set(path, data)
+            zk.commit_offset(self.group_id, tp.topic, tp.partition, off)
         self._last_commit = time.monotonic()
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> threading.Thread:
@@ -490,20 +474,16 @@ class Consumer:
     def _join_group(self) -> None:
         assert self.group_id is not None
         zk = self._zk_client()
-        path = ConsumersZNode.member(self.group_id, self.consumer_id)
-        body = json.dumps({"version": 1, "subscription": {t: 1 for t in self._subscription},
-                           "pattern": "static", "timestamp": str(int(time.time() * 1000))}).encode()
-        try:
-            zk.create(path, body, ephemeral=True, makepath=True)
-        except NodeExistsError:
-            raise errors.InvalidGroupIdError(f"consumer id {self.consumer_id} is already in the group") from None
+        if not zk.register_group_member(self.group_id, self.consumer_id, sorted(self._subscription),
+                                        int(time.time() * 1000)):
+            raise errors.InvalidGroupIdError(f"consumer id {self.consumer_id} is already in the group")
 
         def on_change(*_args: Any) -> None:
             self._rebalance_needed.set()
 
-        zk.ChildrenWatch(ConsumersZNode.ids(self.group_id), lambda _c: on_change())
+        zk.watch_children(ConsumersZNode.ids(self.group_id), on_change)
         for t in self._subscription:
-            zk.DataWatch(TopicZNode.path(t), lambda *_a: on_change())
+            zk.watch_data(TopicZNode.path(t), on_change)
         self._rebalance_needed.set()
 
     def _rejoin(self) -> None:
@@ -534,11 +514,10 @@ class Consumer:
         if self._owned and self.enable_auto_commit:
             self.commit({tp: o for tp, o in self._positions.items() if tp in self._owned})
         self._release()
-        members = sorted(zk.get_children(ConsumersZNode.ids(self.group_id)))
+        members = zk.get_group_members(self.group_id)
         mine: list[TopicPartition] = []
         for topic in self._subscription:
-            data = zk.get(TopicZNode.path(topic))[0] if zk.exists(TopicZNode.path(topic)) else None
-            parts = sorted(TopicZNode.decode(topic, data)) if data else []
+            parts = sorted(zk.get_assignment(topic) or {})
             subscribed = [m for m in members if topic in self._member_topics(zk, m)]
             mine += [TopicPartition(topic, p) for p in range_assignment(subscribed, parts).get(self.consumer_id, [])]
         if self._claim(zk, mine):
@@ -551,31 +530,24 @@ class Consumer:
         self._retry_rebalance_at = time.monotonic() + self.retry_backoff_s * min(10, self._claim_failures)
         self._rebalance_needed.set()
 
-    def _member_topics(self, zk: KazooClient, member: str) -> set[str]:
+    def _member_topics(self, zk: KafkaZkClient, member: str) -> set[str]:
         assert self.group_id is not None
         if member == self.consumer_id:
             return set(self._subscription)
-        try:
-            data, _ = zk.get(ConsumersZNode.member(self.group_id, member))
-            return set(json.loads(data).get("subscription", {}))
-        except (NoNodeError, ValueError):
-            return set()
+        return zk.get_member_topics(self.group_id, member)
 
-    def _claim(self, zk: KazooClient, tps: list[TopicPartition]) -> bool:
+    def _claim(self, zk: KafkaZkClient, tps: list[TopicPartition]) -> bool:
         assert self.group_id is not None
         claimed: list[TopicPartition] = []
         if self._rebalance_needed.is_set():
             return False  # membership changed again meanwhile: start over
         for tp in tps:
-            try:
-                zk.create(ConsumersZNode.owner(self.group_id, tp.topic, tp.partition), self.consumer_id.encode(),
-                          ephemeral=True, makepath=True)
-                claimed.append(tp)
-            except NodeExistsError:
+            if not zk.claim_partition(self.group_id, tp.topic, tp.partition, self.consumer_id):
                 # The previous owner has not released it yet: give back what we took and retry.
                 self._owned = claimed
                 self._release()
                 return False
+            claimed.append(tp)
         self._owned = claimed
         return True
 
@@ -584,10 +556,7 @@ class Consumer:
             self._owned = []
             return
         for tp in self._owned:
-            try:
-                self._zk.delete(ConsumersZNode.owner(self.group_id, tp.topic, tp.partition))
-            except NoNodeError:
-                pass
+            self._zk.release_partition(self.group_id, tp.topic, tp.partition)
         self._owned = []
         self._set_assignment([])
 
@@ -605,7 +574,6 @@ class Consumer:
             if self._zk is not None:
                 self._release()
                 self._zk.stop()
-                self._zk.close()
             self.view.close()
 
     def __enter__(self) -> Consumer:

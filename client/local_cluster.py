@@ -37,7 +37,6 @@ from client.certs import CA_CERT
 from proto.properties import parse_properties
 from proto.scram import MECHANISM, new_credential
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
-from proto.zk_data import ConfigUserZNode
 
 ZK_JAR = Path("/usr/share/java/zookeeper.jar")
 SECRETS_DIR = "secrets"
@@ -379,27 +378,19 @@ class LocalCluster:
     def _bootstrap_admin(self, connect: str) -> None:
         """--secure: the admin super user's SCRAM credential straight into ZooKeeper (as Kafka's
         ``kafka-configs --zookeeper``), before any broker starts, and its client.properties."""
-        from kazoo.client import KazooClient
-        from kazoo.security import make_acl, make_digest_acl
+        from proto.zk_client import KafkaZkClient
 
         assert self.state is not None
         password = secrets_token(18)
-        user, zk_password = self.state.zookeeper_digest()
-        zk = KazooClient(hosts=connect, timeout=10, auth_data=[("digest", f"{user}:{zk_password}")])
-        zk.start(timeout=30)
+        zk = KafkaZkClient(connect, session_timeout_ms=10000, connection_timeout_ms=30000,
+                           digest=self.state.zookeeper_digest())
+        zk.start()
         try:
-            path = ConfigUserZNode.path(ADMIN_USER)
-            data = ConfigUserZNode.encode({MECHANISM: new_credential(password).encode()})
-            acl = [make_digest_acl(user, zk_password, all=True)]
-            zk.ensure_path("/config", acl=[make_acl("world", "anyone", read=True), *acl])
-            zk.ensure_path(ConfigUserZNode.PATH, acl=acl)
-            if zk.exists(path):
-                zk.set(path, data)
-            else:
-                zk.create(path, data, acl=acl)
+            # The paths with the brokers' ACLs (readable by all, credentials by the brokers only).
+            zk.ensure_persistent_paths()
+            zk.set_user_config(ADMIN_USER, {MECHANISM: new_credential(password).encode()})
         finally:
             zk.stop()
-            zk.close()
         props = self.state.client_properties
         fd = os.open(props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -499,39 +490,24 @@ class LocalCluster:
 
     # ------------------------------------------------------------ observing through ZooKeeper
 
-    def _zk_client(self) -> Any:
+    def zk_view(self) -> dict[str, Any]:
+        """Registered brokers, controller id and controller epoch, as ZooKeeper says."""
         import logging
 
-        from kazoo.client import KazooClient
+        from proto.zk_client import KafkaZkClient
 
         logging.getLogger("kazoo").setLevel(logging.ERROR)
         state = self.state or ClusterState.load(self.dir)
-        zk = KazooClient(hosts=state.zookeeper_connect, timeout=10)
-        zk.start(timeout=10)
-        return zk
-
-    def zk_view(self) -> dict[str, Any]:
-        """Registered brokers, controller id and controller epoch, as ZooKeeper says."""
-        from kazoo.exceptions import NoNodeError
-
-        from proto.zk_data import BrokerIdsZNode, ControllerEpochZNode, ControllerZNode
-
-        zk = self._zk_client()
+        zk = KafkaZkClient(state.zookeeper_connect, session_timeout_ms=10000)
+        zk.start()
         try:
-            registered = sorted(int(c) for c in zk.get_children(BrokerIdsZNode.PATH)) \
-                if zk.exists(BrokerIdsZNode.PATH) else []
-            try:
-                controller = ControllerZNode.decode(zk.get(ControllerZNode.PATH)[0])
-            except NoNodeError:
-                controller = -1
-            try:
-                epoch = ControllerEpochZNode.decode(zk.get(ControllerEpochZNode.PATH)[0])
-            except NoNodeError:
-                epoch = 0
+            registered = zk.get_registered_broker_ids()
+            controller = zk.get_controller_id()
+            epoch = zk.get_controller_epoch()
         finally:
             zk.stop()
-            zk.close()
-        return {"registered": registered, "controller": controller, "controller_epoch": epoch}
+        return {"registered": registered, "controller": -1 if controller is None else controller,
+                "controller_epoch": 0 if epoch is None else epoch[0]}
 
     def wait_registered(self, ids: set[int], timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s

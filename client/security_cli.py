@@ -132,32 +132,21 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def _bootstrap_user(args: argparse.Namespace, password: str) -> None:
-    from kazoo.client import KazooClient
-    from kazoo.security import make_acl, make_digest_acl
-
+    """A SCRAM credential straight into ZooKeeper before any broker runs (Kafka's
+    ``kafka-configs --zookeeper``), with the brokers' ZooKeeper ACLs."""
     from proto.scram import MECHANISM, new_credential
-    from proto.zk_data import ConfigChangesZNode, ConfigUserZNode
+    from proto.zk_client import KafkaZkClient, read_digest
 
     if args.zookeeper_digest_file is None:
         raise errors.InvalidRequestError("--zookeeper-bootstrap needs --zookeeper-digest-file")
-    user, _, zk_password = args.zookeeper_digest_file.read_text().strip().partition(":")
-    zk = KazooClient(hosts=args.zookeeper_bootstrap, timeout=10, auth_data=[("digest", f"{user}:{zk_password}")])
-    zk.start(timeout=30)
+    zk = KafkaZkClient(args.zookeeper_bootstrap, session_timeout_ms=10000, connection_timeout_ms=30000,
+                       digest=read_digest(str(args.zookeeper_digest_file)))
+    zk.start()
     try:
-        private = [make_digest_acl(user, zk_password, all=True)]
-        zk.ensure_path("/config", acl=[make_acl("world", "anyone", read=True), *private])
-        zk.ensure_path(ConfigUserZNode.PATH, acl=private)
-        path = ConfigUserZNode.path(args.add)
-        data = ConfigUserZNode.encode({MECHANISM: new_credential(password, args.iterations).encode()})
-        if zk.exists(path):
-            zk.set(path, data)
-        else:
-            zk.create(path, data, acl=private)
-        zk.create(ConfigChangesZNode.PREFIX, ConfigChangesZNode.encode_entity("users", args.add), sequence=True,
-                  makepath=True)
+        zk.ensure_persistent_paths()
+        zk.set_user_config(args.add, {MECHANISM: new_credential(password, args.iterations).encode()})
     finally:
         zk.stop()
-        zk.close()
 
 
 def cmd_users(args: argparse.Namespace) -> int:

@@ -55,6 +55,7 @@ from proto.zk_data import (
     ConfigChangesZNode,
     ConfigTopicZNode,
     ConfigUserZNode,
+    ConsumersZNode,
     ControllerEpochZNode,
     ControllerZNode,
     DeleteTopicsZNode,
@@ -70,6 +71,14 @@ from proto.zk_data import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class ZkState:
+    """kazoo's connection states, for callers that must not import kazoo (client/)."""
+
+    LOST = KazooState.LOST
+    SUSPENDED = KazooState.SUSPENDED
+    CONNECTED = KazooState.CONNECTED
 
 
 class BrokerIdInUseError(KafkaError):
@@ -227,6 +236,13 @@ class KafkaZkClient:
         except NoNodeError:
             return None
         return int(stat.czxid) if stat.ephemeralOwner == self.session_id else None
+
+    def get_registered_broker_ids(self) -> list[int]:
+        """Like get_broker_ids, but [] before any broker made /brokers/ids."""
+        try:
+            return self.get_broker_ids()
+        except NoNodeError:
+            return []
 
     def get_broker_ids(self, watch: Callable[..., Any] | None = None) -> list[int]:
         return sorted(int(c) for c in self._r(self.zk.get_children, BrokerIdsZNode.PATH, watch=watch) if c.isdigit())
@@ -647,7 +663,10 @@ class KafkaZkClient:
             try:
                 self._r(self.zk.set, path, data)
             except NoNodeError:
-                self._r(self.zk.create, path, data, acl=self.private_acl, makepath=True)
+                try:
+                    self._r(self.zk.create, path, data, acl=self.private_acl, makepath=True)
+                except NodeExistsError:  # our create's lost reply, or a racer: write ours again
+                    self._r(self.zk.set, path, data)
         else:
             try:
                 self._r(self.zk.delete, path)
@@ -689,6 +708,105 @@ class KafkaZkClient:
                 pass
         self._r(self.zk.create, AclChangesZNode.PREFIX, AclChangesZNode.encode(resource_type, name), sequence=True,
                 makepath=True)
+
+    # ------------------------------------------------------------ consumer groups (/consumers, SPEC S11)
+    #
+    # The ZooKeeper-era consumer groups: members are ephemeral znodes under ids/, a partition's
+    # owner an ephemeral znode under owners/, committed offsets persistent znodes under offsets/.
+    # Every create here may meet its own lost reply; an ephemeral is ours when our session owns it.
+
+    def list_groups(self) -> list[str]:
+        try:
+            return sorted(self._r(self.zk.get_children, ConsumersZNode.PATH))
+        except NoNodeError:
+            return []
+
+    def group_exists(self, group: str) -> bool:
+        return bool(self._r(self.zk.exists, ConsumersZNode.group(group)))
+
+    def group_topics(self, group: str) -> set[str]:
+        """Topics the group has committed offsets for or owns partitions of."""
+        topics: set[str] = set()
+        for path in (ConsumersZNode.offsets(group), ConsumersZNode.owners(group)):
+            try:
+                topics.update(self._r(self.zk.get_children, path))
+            except NoNodeError:
+                pass
+        return topics
+
+    def get_committed_offset(self, group: str, topic: str, partition: int) -> int | None:
+        try:
+            data, _ = self._r(self.zk.get, ConsumersZNode.offset(group, topic, partition))
+        except NoNodeError:
+            return None
+        return ConsumersZNode.decode_offset(data)
+
+    def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        path = ConsumersZNode.offset(group, topic, partition)
+        data = ConsumersZNode.encode_offset(offset)
+        try:
+            self._r(self.zk.set, path, data)
+        except NoNodeError:
+            try:
+                self._r(self.zk.create, path, data, makepath=True)
+            except NodeExistsError:  # a racing commit, or our own create's lost reply: write again
+                self._r(self.zk.set, path, data)
+
+    def register_group_member(self, group: str, consumer_id: str, topics: Sequence[str], now_ms: int) -> bool:
+        """The member's ephemeral znode; False when another live session holds that consumer id."""
+        path = ConsumersZNode.member(group, consumer_id)
+        try:
+            self._r(self.zk.create, path, ConsumersZNode.encode_member(topics, now_ms), ephemeral=True,
+                    makepath=True)
+        except NodeExistsError:
+            return self._owns(path)
+        return True
+
+    def get_group_members(self, group: str) -> list[str]:
+        try:
+            return sorted(self._r(self.zk.get_children, ConsumersZNode.ids(group)))
+        except NoNodeError:
+            return []
+
+    def get_member_topics(self, group: str, consumer_id: str) -> set[str]:
+        try:
+            data, _ = self._r(self.zk.get, ConsumersZNode.member(group, consumer_id))
+        except NoNodeError:
+            return set()
+        return ConsumersZNode.decode_member_topics(data)
+
+    def claim_partition(self, group: str, topic: str, partition: int, consumer_id: str) -> bool:
+        """Take ownership (an ephemeral znode); False while another member still owns it."""
+        path = ConsumersZNode.owner(group, topic, partition)
+        try:
+            self._r(self.zk.create, path, consumer_id.encode(), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            return self._owns(path)
+        return True
+
+    def release_partition(self, group: str, topic: str, partition: int) -> None:
+        """Give up ownership - only if this session holds it (a new owner's znode stays)."""
+        path = ConsumersZNode.owner(group, topic, partition)
+        try:
+            _data, stat = self._r(self.zk.get, path)
+            if stat.ephemeralOwner == self.session_id:
+                self._r(self.zk.delete, path, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+
+    def get_partition_owner(self, group: str, topic: str, partition: int) -> str | None:
+        try:
+            data, _ = self._r(self.zk.get, ConsumersZNode.owner(group, topic, partition))
+        except NoNodeError:
+            return None
+        return bytes(data).decode(errors="replace")
+
+    def _owns(self, path: str) -> bool:
+        try:
+            _data, stat = self._r(self.zk.get, path)
+        except NoNodeError:
+            return False
+        return bool(stat.ephemeralOwner == self.session_id)
 
     # ------------------------------------------------------------ producer ids
 

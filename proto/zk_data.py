@@ -10,6 +10,7 @@ Decoders raise ``CorruptZnodeError`` for data that is not what the schema says.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -508,6 +509,45 @@ class ConsumersZNode:
     @staticmethod
     def offset(group: str, topic: str, partition: int) -> str:
         return f"/consumers/{group}/offsets/{topic}/{partition}"
+
+    @staticmethod
+    def group(group: str) -> str:
+        return f"/consumers/{group}"
+
+    @staticmethod
+    def offsets(group: str) -> str:
+        return f"/consumers/{group}/offsets"
+
+    @staticmethod
+    def owners(group: str) -> str:
+        return f"/consumers/{group}/owners"
+
+    @staticmethod
+    def encode_offset(offset: int) -> bytes:
+        return str(offset).encode()
+
+    @staticmethod
+    def decode_offset(data: bytes | None) -> int | None:
+        """A committed offset (a decimal number, as Kafka's old consumer wrote it); None if unreadable."""
+        try:
+            return int(bytes(data or b"").decode())
+        except (UnicodeDecodeError, ValueError):
+            return None
+
+    @staticmethod
+    def encode_member(topics: Sequence[str], now_ms: int) -> bytes:
+        """A member's registration, Kafka's ``/consumers/[group]/ids/[id]`` JSON."""
+        return json.dumps({"version": 1, "subscription": {t: 1 for t in topics}, "pattern": "static",
+                           "timestamp": str(now_ms)}).encode()
+
+    @staticmethod
+    def decode_member_topics(data: bytes | None) -> set[str]:
+        try:
+            doc = json.loads(data or b"")
+        except ValueError:
+            return set()
+        sub = doc.get("subscription") if isinstance(doc, dict) else None
+        return {t for t in sub if isinstance(t, str)} if isinstance(sub, dict) else set()
 
 
 # Paths the cluster needs before anything runs (Kafka's ZkData.PersistentZkPaths).

@@ -348,6 +348,11 @@ def test_a_broker_restart_and_replication_run_over_mutual_tls(cluster) -> None: 
     c.start(leader)
     c.wait_registered({1, 2, 3})
     wait_for(lambda: len(isr_of(view, "tls", 0)) == 3, what="the restarted broker back in the ISR over TLS")
-    # Metadata may come from the restarted broker before it knows the topic: poll until it reads.
-    wait_for(lambda: read_values(view.leader_connection("tls", 0)[0], "tls", 0) == ["a", "b"],
-             what="the records read from the current leader")
+    # Metadata may come from the restarted broker before the controller has seen the kill (leader 1 at
+    # epoch 0, ISR full, read from ZooKeeper at start-up): refresh on every poll, as a client does on
+    # NOT_LEADER_OR_FOLLOWER, until it reads.
+    def read_from_leader() -> bool:
+        view.refresh(["tls"])
+        return read_values(view.leader_connection("tls", 0)[0], "tls", 0) == ["a", "b"]
+
+    wait_for(read_from_leader, what="the records read from the current leader")
