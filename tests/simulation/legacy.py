@@ -15,6 +15,7 @@ from broker.replication.state import ACK, NOT_LEADER, TIMED_OUT, WAIT, LeaderSta
 from controller.controller import KafkaController
 from controller.events import Event
 from controller.state_machine import ReplicaState, check_replica_transition
+from proto import minikafka_pb2 as pb
 from proto.zk_client import CommitResult, KafkaZkClient, ZkWrite
 from proto.zk_data import (
     ControllerEpochZNode,
@@ -100,3 +101,17 @@ def put_expire_behind(self: KafkaController, event: Event) -> None:
 
 def reassignment_replica_transition(*_args: Any) -> None:
     """Item 4: the old reassignment added replicas to the assignment without giving them a state."""
+
+
+
+def strict_broker_epoch_fence(self: Any, req: Any) -> int:
+    """The broker-epoch race the simulation found: a broker that re-registered after a session
+    expiry answered STALE_BROKER_EPOCH to the controller's requests carrying its *new* epoch
+    whenever they arrived before its own registration call had returned (it compared with the
+    epoch it had recorded only, never asking ZooKeeper), so it stayed out of the cluster's plan."""
+    if req.broker_epoch != self.epoch:
+        return int(pb.ErrorCode.STALE_BROKER_EPOCH)
+    if req.controller_epoch < self.controller_epoch:
+        return int(pb.ErrorCode.STALE_CONTROLLER_EPOCH)
+    self.controller_epoch = req.controller_epoch
+    return int(pb.ErrorCode.NONE)
