@@ -25,7 +25,7 @@ proto: $(VENV)/.installed
 # The compiled record validator (proto/_codec.c). Optional: without a C compiler the build
 # warns and proto.record_batch uses its pure-Python twin.
 codec: $(VENV)/.codec
-$(VENV)/.codec: proto/_codec.c setup.py $(VENV)/.installed
+$(VENV)/.codec: proto/_codec.c proto/_columnar.c setup.py $(VENV)/.installed
 	$(PY) setup.py -q build_ext --inplace || echo "codec: not compiled; the pure-Python validator is used"
 	rm -rf build
 	touch $@

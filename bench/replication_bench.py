@@ -13,13 +13,21 @@ With ``--tls`` a second cluster started with ``cluster up --secure`` (clients on
 TLS + SCRAM-SHA-256, ACLs on, the producer as its admin user) runs the RF=3
 acks=all case too, and the ratio TLS / plaintext is printed (issue 13's goal: >= 0.8).
 
-    python bench/replication_bench.py [--records 400000] [--partitions 6] [--tls] [--json]
+With ``--rate N`` the same two cases also run at a fixed offered load of N records/s (paced
+sends) and their p50/p99 go in ``latency_at_rate``: latency at moderate load, where the producer
+is not saturated. ``--bulk`` adds the bulk API figure: ``Producer.send_batch`` of 1000 values per
+call, RF=3 acks=all. Every case reports the CPU seconds of this (producer) process and of each
+broker (``/proc/<pid>/stat``) during the case, so each run shows where the time went.
+
+    python bench/replication_bench.py [--records 400000] [--partitions 6] [--linger-ms 2] [--rate 20000]
+                                      [--bulk] [--tls] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -55,9 +63,55 @@ def create_topics(bootstrap: str, partitions: int, security: ChannelSecurity = P
     view.close()
 
 
+def broker_cpu_s(pids: dict[int, int]) -> dict[int, float]:
+    """User + system CPU seconds so far of each broker process (fields 14 and 15 of /proc/<pid>/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for broker_id, pid in pids.items():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[broker_id] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            out[broker_id] = 0.0
+    return out
+
+
+def measured(case: Callable[[], dict[str, Any]], pids: dict[int, int]) -> dict[str, Any]:
+    """Run ``case`` and add the CPU seconds it cost: this process (producer) and each broker."""
+    t0, b0 = os.times(), broker_cpu_s(pids)
+    result = case()
+    t1, b1 = os.times(), broker_cpu_s(pids)
+    result["producer_cpu_s"] = round((t1.user - t0.user) + (t1.system - t0.system), 2)
+    result["broker_cpu_s"] = {str(k): round(b1[k] - b0.get(k, 0.0), 2) for k in b1}
+    return result
+
+
+def run_bulk(bootstrap: str, topic: str, records: int, args: argparse.Namespace, per_call: int = 1000) -> dict[str, Any]:
+    """RF=3 acks=all through ``send_batch``: ``per_call`` values per call, every handle awaited."""
+    producer = Producer(bootstrap, acks="all", enable_idempotence=True, linger_ms=args.linger_ms,
+                        batch_size=args.batch_size, buffer_memory=args.buffer_memory)
+    values = [VALUE] * per_call
+    try:
+        producer.send_batch(topic, values).result(timeout=60)
+        perf = time.perf_counter
+        start = perf()
+        handles = [producer.send_batch(topic, values) for _ in range(max(1, records // per_call))]
+        producer.flush()
+        elapsed = perf() - start
+        for h in handles:  # every record acknowledged (flush returns on failures too)
+            h.result(timeout=60)
+    finally:
+        producer.close()
+    sent = max(1, records // per_call) * per_call
+    return {"records": sent, "records_per_sec": round(sent / elapsed),
+            "mb_per_sec": round(sent * len(VALUE) / elapsed / 1e6, 2), "values_per_call": per_call}
+
+
 def run(bootstrap: str, topic: str, acks: str | int, records: int, args: argparse.Namespace,
-        security: ChannelSecurity = PLAINTEXT_SECURITY) -> dict[str, Any]:
+        security: ChannelSecurity = PLAINTEXT_SECURITY, rate: int = -1) -> dict[str, Any]:
     latencies: list[float] = []
+    offered = rate if rate > 0 else args.throughput
     producer = Producer(bootstrap, acks=acks, enable_idempotence=acks == "all", linger_ms=args.linger_ms,
                         batch_size=args.batch_size, buffer_memory=args.buffer_memory, security=security)
     try:
@@ -75,8 +129,8 @@ def run(bootstrap: str, topic: str, acks: str | int, records: int, args: argpars
             fut = producer.send(topic, VALUE)
             if sampled:
                 fut.add_done_callback(done_since(t0))
-                if args.throughput > 0:  # kafka-producer-perf-test's --throughput: pace the sends
-                    ahead = (i + 1) / args.throughput - (perf() - start)
+                if offered > 0:  # kafka-producer-perf-test's --throughput: pace the sends
+                    ahead = (i + 1) / offered - (perf() - start)
                     if ahead > 0:
                         time.sleep(ahead)
         producer.flush()
@@ -100,7 +154,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20_000)
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--batch-size", type=int, default=65536)
-    ap.add_argument("--linger-ms", type=int, default=2)
+    ap.add_argument("--linger-ms", type=int, default=2, help="the producer's linger_ms (Kafka 2.x default: 0)")
+    ap.add_argument("--rate", type=int, default=0,
+                    help="also measure latency at this offered load (records/s), e.g. 20000 (0: skip)")
+    ap.add_argument("--bulk", action="store_true", help="also RF=3 acks=all through send_batch (1000 values/call)")
     ap.add_argument("--buffer-memory", type=int, default=262_144,
                     help="bytes the producer may hold unacknowledged (back-pressure, bounds latency)")
     ap.add_argument("--throughput", type=int, default=-1, help="records/s to offer (-1: as fast as possible)")
@@ -113,8 +170,17 @@ def main() -> None:
     try:
         state = cluster.up(3)
         create_topics(state.bootstrap_servers, args.partitions)
-        a = run(state.bootstrap_servers, "rf1", 1, args.records, args)
-        b = run(state.bootstrap_servers, "rf3", "all", args.records, args)
+        pids = {bid: b.pid for bid, b in state.brokers.items()}
+        bs = state.bootstrap_servers
+        a = measured(lambda: run(bs, "rf1", 1, args.records, args), pids)
+        b = measured(lambda: run(bs, "rf3", "all", args.records, args), pids)
+        bulk = measured(lambda: run_bulk(bs, "rf3", args.records, args), pids) if args.bulk else None
+        at_rate: dict[str, Any] | None = None
+        if args.rate > 0:
+            n = min(args.records, args.rate * 5)  # about five seconds of offered load each
+            at_rate = {"offered_per_sec": args.rate, "linger_ms": args.linger_ms,
+                       "rf1_acks_1": measured(lambda: run(bs, "rf1", 1, n, args, rate=args.rate), pids),
+                       "rf3_acks_all": measured(lambda: run(bs, "rf3", "all", n, args, rate=args.rate), pids)}
     finally:
         cluster.down()
         shutil.rmtree(root, ignore_errors=True)
@@ -132,6 +198,11 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     result = {"rf1_acks_1": a, "rf3_acks_all": b, "ratio": round(b["records_per_sec"] / a["records_per_sec"], 3),
               "partitions": args.partitions, "batch_size": args.batch_size, "value_size": len(VALUE)}
+    result["linger_ms"] = args.linger_ms
+    if bulk is not None:
+        result["rf3_acks_all_send_batch"] = bulk
+    if at_rate is not None:
+        result["latency_at_rate"] = at_rate
     if tls is not None:
         result["rf3_acks_all_tls_scram"] = tls
         result["tls_ratio"] = round(tls["records_per_sec"] / b["records_per_sec"], 3)
@@ -144,6 +215,18 @@ def main() -> None:
         print(f"{name:26} {r['records_per_sec']:>11,} {r['mb_per_sec']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} "
               f"{r['max_ms']:>8}")
     print(f"ratio (RF=3 acks=all) / (RF=1 acks=1): {result['ratio']}")
+    if bulk is not None:
+        print(f"{'RF=3 acks=all, send_batch':26} {bulk['records_per_sec']:>11,} {bulk['mb_per_sec']:>8}")
+    if at_rate is not None:
+        for name, r in (("RF=1 acks=1", at_rate["rf1_acks_1"]), ("RF=3 acks=all", at_rate["rf3_acks_all"])):
+            print(f"at {args.rate:,} rec/s offered, linger_ms={args.linger_ms}, {name}: "
+                  f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms")
+    cases = [("RF=1 acks=1", a), ("RF=3 acks=all", b)] + ([("send_batch", bulk)] if bulk is not None else [])
+    for name, r in cases:
+        per_broker = ", ".join(f"broker {k} {v}" for k, v in r["broker_cpu_s"].items())
+        total = sum(r["broker_cpu_s"].values())
+        print(f"CPU s, {name}: producer {r['producer_cpu_s']}, {per_broker} "
+              f"({total / max(1, r['records']) * 1e6:.1f} us broker CPU per record)")
     if tls is not None:
         print(f"ratio TLS+SCRAM / plaintext clients (RF=3 acks=all): {result['tls_ratio']}")
     if args.json:

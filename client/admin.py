@@ -16,6 +16,7 @@ from typing import Any
 
 from client.connection import ClusterView, raise_for
 from client.consumer import TopicPartition
+from client.discovery import default_bootstrap, default_zookeeper
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.scram import MECHANISM, MIN_ITERATIONS, salt_password
@@ -63,7 +64,7 @@ class GroupPartition:
 
 
 class AdminClient:
-    def __init__(self, bootstrap_servers: str | Sequence[str], zookeeper_connect: str | None = None,
+    def __init__(self, bootstrap_servers: str | Sequence[str] | None = None, zookeeper_connect: str | None = None,
                  request_timeout_ms: int = 30000, *,
                  security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
                  ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
@@ -73,9 +74,9 @@ class AdminClient:
                                         ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                                         sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
                                         sasl_plain_password=sasl_plain_password)
-        self.view = ClusterView(bootstrap_servers, timeout_s=request_timeout_ms / 1000.0, security=self.security)
+        self.view = ClusterView(default_bootstrap() if bootstrap_servers is None else bootstrap_servers, timeout_s=request_timeout_ms / 1000.0, security=self.security)
         self.timeout_s = request_timeout_ms / 1000.0
-        self.zookeeper_connect = zookeeper_connect
+        self.zookeeper_connect = zookeeper_connect or default_zookeeper()
         self._zk: KafkaZkClient | None = None
 
     def close(self) -> None:

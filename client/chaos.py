@@ -17,6 +17,7 @@ from typing import Any
 
 from client.connection import ClusterView
 from client.consumer import Consumer, TopicPartition
+from client.discovery import local_cluster_dir
 from client.history import FAIL, OK, UNKNOWN, Read, Write, check
 from client.local_cluster import ClusterState, LocalCluster, pid_alive
 from client.producer import Producer
@@ -122,7 +123,7 @@ SCENARIOS = ("leader-kill", "controller-kill", "rolling-restart", "follower-paus
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("chaos", help="inject faults into the local cluster under load and check the history")
-    p.add_argument("--dir", type=Path, default=Path(".minikafka"))
+    p.add_argument("--dir", type=Path, default=local_cluster_dir())
     p.add_argument("--scenario", choices=SCENARIOS, default="soak")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of faults")
     p.add_argument("--interval", type=float, default=3.0, help="seconds between faults")

@@ -5,9 +5,24 @@ Theory of operation
 Fetch: for every leader of an assigned partition one Fetch request carries all
 of that leader's partitions. Requests are sent with gRPC's non-blocking
 ``.future()``; as soon as ``poll()`` has taken a response, the next request is
-already in flight while the caller works on the records (pipelining). Only
+already in flight while the caller works on the records (pipelining). A
+partition is fetched again as soon as it has one decoded fetch buffered, from
+where that fetch ends (its *fetch position*, ahead of the consumer's
+position), so the broker serves the next records while the caller works through
+these; two buffered fetches per partition are the bound. ``seek()``, a new
+assignment and a rebalance drop both buffered and in-flight fetches, and a
+response is used only if it was asked for the current fetch position. Only
 committed records (below the high watermark) are ever returned (S3.2); a
 leader change refreshes metadata and resumes from the same position.
+
+Decoding: a partition's fetched bytes are decoded once, by the compiled
+columnar codec (``proto.columnar``, pure Python without a compiler), into
+Arrow-layout columns that stay buffered until taken. ``poll()`` builds its
+``ConsumerRecord`` tuples from a slice of them (in C, one allocation per
+field); ``poll_batch()`` hands out the same slice as a ``pyarrow.RecordBatch``
+with Spark's Kafka-source columns, without a Python object per record. Both
+advance the position past the last record handed out, so they can be mixed and
+``commit()``, ``seek()`` and rebalances behave the same whichever is used.
 
 Groups follow the seed design (S11), the ZooKeeper-based consumer of Kafka 0.8:
 members register ephemeral ``/consumers/[group]/ids/[id]`` znodes; any change
@@ -25,19 +40,24 @@ consumer-group issue asks for, is implemented.)
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 
 from client.connection import ClusterView, Connection, parse_bootstrap
+from client.discovery import default_bootstrap, default_zookeeper
 from proto import errors
 from proto import minikafka_pb2 as pb
-from proto.record_batch import Header, decode_batch, iter_headers
+from proto.columnar import RecordColumns, decode_columns, kafka_arrow_schema, to_arrow, to_records
+from proto.record_batch import Header
 from proto.transport import ChannelSecurity, client_security
 from proto.zk_client import KafkaZkClient, ZkState
 from proto.zk_data import ConsumersZNode, TopicZNode
@@ -59,6 +79,55 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnBatch:
+    """One partition's records from ``poll_batch(arrow=False)`` (or without pyarrow): parallel lists,
+    named after Spark's Kafka-source columns."""
+
+    topic: str
+    partition: int
+    key: list[bytes | None]
+    value: list[bytes | None]
+    offset: list[int]
+    timestamp: list[int]  # milliseconds (the Arrow form has Spark's microsecond timestamps)
+    timestampType: list[int]  # Spark's column name
+    headers: list[tuple[Header, ...]]
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.offset)
+
+
+class _Fetched:
+    """A partition's decoded fetch, the first row not yet handed out, and its Arrow form once made."""
+
+    __slots__ = ("arrow", "caught_up", "cols", "next_row")
+
+    def __init__(self, cols: RecordColumns) -> None:
+        self.cols = cols
+        self.next_row = 0
+        self.arrow: dict[bool, Any] = {}  # include_headers -> the whole fetch as one RecordBatch
+        self.caught_up = False  # a fetch from where this one ends found nothing (yet)
+
+
+@functools.cache
+def _arrow_installed() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+_T = TypeVar("_T", list[ConsumerRecord], dict[TopicPartition, Any])
+
+
+def _concat_batches(a: Any, b: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.Table.from_batches([a, b]).combine_chunks().to_batches()[0]
 
 
 def range_assignment(members: Sequence[str], partitions: Sequence[int]) -> dict[str, list[int]]:
@@ -94,7 +163,7 @@ class CorruptRecordError(errors.CorruptMessageError):
 
 
 class Consumer:
-    def __init__(self, *topics: str, bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
+    def __init__(self, *topics: str, bootstrap_servers: str | Sequence[str] | None = None,
                  group_id: str | None = None, auto_offset_reset: str = "latest", enable_auto_commit: bool = True,
                  auto_commit_interval_ms: int = 5000, max_poll_records: int = 500, fetch_min_bytes: int = 1,
                  fetch_max_wait_ms: int = 500, fetch_max_bytes: int = 52_428_800,
@@ -108,7 +177,7 @@ class Consumer:
                  sasl_plain_password: str | None = None, security: ChannelSecurity | None = None) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise errors.InvalidRequestError("auto_offset_reset must be earliest, latest or none")
-        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.bootstrap = parse_bootstrap(default_bootstrap() if bootstrap_servers is None else bootstrap_servers)
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit and group_id is not None
@@ -128,7 +197,8 @@ class Consumer:
         self.view = ClusterView(self.bootstrap, timeout_s=self.request_timeout_s, security=self.security)
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
-        self._buffer: dict[TopicPartition, list[ConsumerRecord]] = {}
+        # Decoded fetches per partition, oldest first: at most two (one prefetched), see _send_fetches.
+        self._buffer: dict[TopicPartition, deque[_Fetched]] = {}
         self._inflight: dict[int, tuple[Any, dict[TopicPartition, int]]] = {}
         self._throttled_until: dict[int, float] = {}
         self._subscription: list[str] = []
@@ -143,7 +213,8 @@ class Consumer:
         self._retry_rebalance_at = 0.0
         self._owned: list[TopicPartition] = []
         self.consumer_id = consumer_id or f"{group_id or 'consumer'}_{uuid.uuid4().hex[:12]}"
-        self._zk_connect = zookeeper_connect
+        # A group with no ZooKeeper named finds the local cluster's (client/discovery.py).
+        self._zk_connect = zookeeper_connect if zookeeper_connect or group_id is None else default_zookeeper()
         self._zk_session_timeout_s = zookeeper_session_timeout_ms / 1000.0
         if topics:
             self.subscribe(list(topics))
@@ -173,7 +244,7 @@ class Consumer:
         self._assignment = sorted(tps)
         keep = set(self._assignment)
         self._positions = {tp: o for tp, o in self._positions.items() if tp in keep}
-        self._buffer = {tp: rs for tp, rs in self._buffer.items() if tp in keep}
+        self._buffer = {tp: q for tp, q in self._buffer.items() if tp in keep}
         self._cancel_inflight()
 
     # ------------------------------------------------------------ positions
@@ -258,6 +329,24 @@ class Consumer:
 
     def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> list[ConsumerRecord]:
         """Records from assigned partitions, in offset order per partition; [] after the timeout."""
+        return self._poll(timeout_ms, max_records, self._take, list)
+
+    def poll_batch(self, timeout_ms: float = 0, max_records: int | None = None, *, include_headers: bool = False,
+                   arrow: bool | None = None) -> dict[TopicPartition, Any]:
+        """Up to ``max_records`` records in columns, one entry per partition that has any ({} after the
+        timeout): the same records, positions and commit semantics as ``poll()``.
+
+        Each value is a ``pyarrow.RecordBatch`` with Spark's Kafka-source schema (key, value, topic,
+        partition, offset, timestamp as UTC microseconds, timestampType; ``headers`` with
+        ``include_headers``) whose buffers are the decoder's own, not copies. With ``arrow=False``,
+        or when pyarrow is not installed, it is a ``ColumnBatch`` of lists instead.
+        """
+        use_arrow = _arrow_installed() if arrow is None else arrow
+        return self._poll(timeout_ms, max_records,
+                          lambda limit: self._take_columns(limit, include_headers, use_arrow), dict)
+
+    def _poll(self, timeout_ms: float, max_records: int | None, take: Callable[[int], _T],
+              empty: Callable[[], _T]) -> _T:
         if self._closed:
             raise errors.KafkaError("the consumer is closed")
         limit = max_records or self.max_poll_records
@@ -268,7 +357,7 @@ class Consumer:
             if self._rebalance_needed.is_set() and time.monotonic() >= self._retry_rebalance_at:
                 self._rebalance()
             self._maybe_auto_commit()
-            out = self._take(limit)
+            out = take(limit)
             if out:
                 self._send_fetches()  # the next fetch is in flight while the caller works
                 return out
@@ -276,12 +365,12 @@ class Consumer:
             self._send_fetches()
             if not self._inflight:
                 if remaining <= 0:
-                    return []
+                    return empty()
                 time.sleep(min(self.retry_backoff_s, remaining))
                 continue
             self._collect(max(0.0, remaining))
-            if not any(self._buffer.values()) and time.monotonic() >= deadline:
-                return []
+            if not self._buffer and time.monotonic() >= deadline:
+                return empty()
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         idle_since = time.monotonic()
@@ -293,25 +382,92 @@ class Consumer:
             elif time.monotonic() - idle_since >= self.consumer_timeout_s:
                 return
 
+    def _slices(self, limit: int) -> Iterator[tuple[TopicPartition, _Fetched, int, int]]:
+        """(partition, fetch, first row, end row) of the next ``limit`` buffered records, in
+        assignment order; each partition's position moves past its slice. A corrupt batch is
+        raised when it is the next thing to hand out and nothing was taken yet in this call."""
+        taken = 0
+        for tp in self._assignment:
+            queue = self._buffer.get(tp)
+            while queue and taken < limit:
+                f = queue[0]
+                if f.cols.num_rows == 0:  # only a corrupt batch (see _handle_fetch_response)
+                    if taken:
+                        return  # hand out what came before it first
+                    queue.popleft()
+                    if not queue:
+                        del self._buffer[tp]
+                    assert f.cols.error is not None
+                    base_offset, next_offset, reason = f.cols.error
+                    raise CorruptRecordError(tp.topic, tp.partition, base_offset, next_offset, reason)
+                start = f.next_row
+                stop = min(f.cols.num_rows, start + limit - taken)
+                yield tp, f, start, stop
+                taken += stop - start
+                self._positions[tp] = f.cols.offset_at(stop - 1) + 1
+                if stop < f.cols.num_rows:
+                    f.next_row = stop
+                    break
+                queue.popleft()
+                if not queue:
+                    del self._buffer[tp]
+            if taken >= limit:
+                return
+
+    def _wants_fetch(self, tp: TopicPartition) -> bool:
+        """Nothing buffered; or one fetch buffered, not ending in a corrupt batch, and the last fetch
+        past it did not come back empty (no prefetching at the end of the log)."""
+        queue = self._buffer.get(tp)
+        if not queue:
+            return True
+        return len(queue) < 2 and queue[-1].cols.error is None and not queue[-1].caught_up
+
+    def _fetch_position(self, tp: TopicPartition) -> int | None:
+        """Where the next Fetch of ``tp`` starts: after what is buffered (None: not past a corrupt batch)."""
+        queue = self._buffer.get(tp)
+        if not queue:
+            return self._positions.get(tp)
+        last = queue[-1].cols
+        return None if last.error is not None else last.next_offset
+
     def _take(self, limit: int) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
-        for tp in self._assignment:
-            buf = self._buffer.get(tp)
-            if not buf:
+        for tp, f, start, stop in self._slices(limit):
+            out.extend(to_records(f.cols, start, stop, tp.topic, tp.partition, ConsumerRecord, Header))
+        return out
+
+    def _take_columns(self, limit: int, include_headers: bool, arrow: bool) -> dict[TopicPartition, Any]:
+        out: dict[TopicPartition, Any] = {}
+        for tp, f, start, stop in self._slices(limit):
+            if arrow:
+                whole = f.arrow.get(include_headers)
+                if whole is None:  # made once per fetch: many polls may slice it
+                    whole = f.arrow[include_headers] = to_arrow(f.cols, tp.topic, tp.partition,
+                                                                kafka_arrow_schema(include_headers))
+                piece = whole.slice(start, stop - start)
+                prev = out.get(tp)
+                out[tp] = piece if prev is None else _concat_batches(prev, piece)
                 continue
-            taken = buf[:limit - len(out)]
-            del buf[:len(taken)]
-            out.extend(taken)
-            self._positions[tp] = taken[-1].offset + 1
-            if len(out) >= limit:
-                break
+            recs = to_records(f.cols, start, stop, tp.topic, tp.partition, ConsumerRecord, Header)
+            types = memoryview(f.cols.timestamp_types).cast("i")[start:stop].tolist()
+            part = ColumnBatch(tp.topic, tp.partition, [r.key for r in recs], [r.value for r in recs],
+                               [r.offset for r in recs], [r.timestamp for r in recs], types,
+                               [r.headers for r in recs] if include_headers else [() for _r in recs])
+            prev = out.get(tp)
+            out[tp] = part if prev is None else ColumnBatch(
+                tp.topic, tp.partition, prev.key + part.key, prev.value + part.value, prev.offset + part.offset,
+                prev.timestamp + part.timestamp, prev.timestampType + part.timestampType,
+                prev.headers + part.headers)
         return out
 
     def _send_fetches(self) -> None:
-        need = [tp for tp in self._assignment if not self._buffer.get(tp)]
+        # A partition with one decoded fetch buffered is fetched again already (from where that fetch
+        # ends): the broker serves the next records while the caller works through these. Two
+        # buffered fetches are the bound (memory: 2 x max_partition_fetch_bytes per partition).
+        need = [tp for tp in self._assignment if self._wants_fetch(tp)]
         by_leader: dict[int, list[TopicPartition]] = {}
         busy = {tp for _f, sent in self._inflight.values() for tp in sent}
-        missing = [tp for tp in need if tp not in self._positions]
+        missing = [tp for tp in need if tp not in self._positions and tp not in self._buffer]
         if missing:
             try:
                 self._reset_positions(missing)
@@ -330,15 +486,20 @@ class Consumer:
         for leader, tps in by_leader.items():
             if leader in self._inflight or self._throttled_until.get(leader, 0.0) > now:
                 continue
-            req = pb.FetchRequest(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
-                                  max_bytes=self.fetch_max_bytes)
+            # Only prefetches (every partition has records buffered): answered at once, never parked
+            # at the broker, so they cannot hold this leader's one request slot for fetch_max_wait_ms.
+            prefetch = all(tp in self._buffer for tp in tps)
+            req = pb.FetchRequest(replica_id=-1, max_wait_ms=0 if prefetch else self.fetch_max_wait_ms,
+                                  min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes)
             sent: dict[TopicPartition, int] = {}
             for tp in tps:
                 pl = self.view.partitions[(tp.topic, tp.partition)]
+                offset = self._fetch_position(tp)
+                assert offset is not None
                 req.topics.add(name=tp.topic).partitions.add(
-                    partition=tp.partition, fetch_offset=self._positions[tp], current_leader_epoch=pl.leader_epoch,
+                    partition=tp.partition, fetch_offset=offset, current_leader_epoch=pl.leader_epoch,
                     partition_max_bytes=self.max_partition_fetch_bytes)
-                sent[tp] = self._positions[tp]
+                sent[tp] = offset
             conn: Connection = self.view.connection(self.view.brokers[leader])
             fut = conn.api.Fetch.future(req, timeout=self.fetch_max_wait_ms / 1000.0 + self.request_timeout_s)
             fut.add_done_callback(lambda _f: self._fetch_done.set())
@@ -369,8 +530,10 @@ class Consumer:
         for t in resp.topics:
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.partition)
-                if tp not in sent or self._positions.get(tp) != sent[tp]:
+                if tp not in sent or self._fetch_position(tp) != sent[tp]:
                     continue  # seeked or reassigned meanwhile
+                if tp in self._buffer and p.error_code != E.NONE:
+                    continue  # a prefetch: once the buffered records are taken the fetch repeats from there
                 if p.error_code == E.OFFSET_OUT_OF_RANGE:
                     if self.auto_offset_reset == "none":
                         raise errors.OffsetOutOfRangeError(f"{tp.topic}-{tp.partition} at {sent[tp]}")
@@ -379,22 +542,13 @@ class Consumer:
                 if p.error_code != E.NONE:
                     refresh.add(tp.topic)
                     continue
-                start = sent[tp]
-                recs: list[ConsumerRecord] = []
-                for pos, h in iter_headers(p.records):
-                    try:
-                        header, decoded = decode_batch(p.records, pos)
-                    except errors.KafkaError as e:
-                        if recs:
-                            break  # hand out what precedes the bad batch; the next fetch starts at it
-                        raise CorruptRecordError(tp.topic, tp.partition, h.base_offset, h.next_offset,
-                                                 e.message) from None
-                    if header.is_control:
-                        continue
-                    recs.extend(ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value,
-                                               r.headers) for r in decoded if r.offset >= start)
-                if recs:
-                    self._buffer[tp] = recs
+                cols = decode_columns(p.records, sent[tp])
+                if not cols.num_rows and cols.error is None and tp in self._buffer:
+                    self._buffer[tp][-1].caught_up = True  # no more prefetching until these are taken
+                elif cols.num_rows or cols.error is not None:
+                    # Rows that precede a bad batch are handed out first; the bad batch itself is raised
+                    # by _slices when it is next (a fetch of nothing but it is buffered for that).
+                    self._buffer.setdefault(tp, deque()).append(_Fetched(cols))
         if refresh:
             self._refresh_quietly(sorted(refresh))
 

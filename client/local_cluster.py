@@ -34,6 +34,7 @@ from typing import Any
 
 from client import certs
 from client.certs import CA_CERT
+from client.discovery import local_cluster_dir
 from proto.properties import parse_properties
 from proto.scram import MECHANISM, new_credential
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
@@ -566,7 +567,7 @@ def add_parser(sub: Any) -> None:
     csub.required = True
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--dir", type=Path, default=Path(".minikafka"), help="cluster directory (.minikafka)")
+        sp.add_argument("--dir", type=Path, default=local_cluster_dir(), help="cluster directory (.minikafka)")
 
     up = csub.add_parser("up", help="start ZooKeeper and N brokers, wait for a controller")
     common(up)

@@ -37,12 +37,13 @@ from typing import Any, NamedTuple
 import grpc
 
 from client.connection import ClusterView, parse_bootstrap, rpc_error
+from client.discovery import default_bootstrap
 from client.partitioner import StickyPartitioner, partition_for_key
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import CHANNEL_OPTIONS
-from proto.record_batch import CODEC_BY_NAME, Header, build_batch, encode_record_body
+from proto.record_batch import CODEC_BY_NAME, Header, build_batch, encode_record_body, encode_records
 from proto.transport import ChannelSecurity, client_security
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,63 @@ class FutureRecordMetadata(concurrent.futures.Future):  # type: ignore[type-arg]
         raise RuntimeError("a producer future is completed by its batch")
 
 
+class BatchSendResult:
+    """What ``Producer.send_batch`` returns: one handle for the whole call.
+
+    ``result(timeout)`` waits for every record and returns their ``RecordMetadata`` in the order of
+    the values given (raising the first failure, as ``Future.result`` does); ``exception()``,
+    ``done()`` and ``futures()`` (one ``FutureRecordMetadata`` per record, built on demand) cover
+    the rest. The records share their batches' outcomes, so nothing is allocated per record
+    until asked for.
+    """
+
+    def __init__(self) -> None:
+        # (batch outcome, first offset delta in that batch, record count, timestamp) per slice
+        self._slices: list[tuple[_BatchResult, int, int, int]] = []
+        self._futures: list[FutureRecordMetadata] = []  # records sent one by one (keyed, no partition)
+
+    def done(self) -> bool:
+        return all(r.done for r, _, _, _ in self._slices) and all(f.done() for f in self._futures)
+
+    def _wait(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for r, _, _, _ in self._slices:
+            if not r.done:
+                with r._condition:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if not r._condition.wait_for(lambda r=r: r.done, left):  # type: ignore[misc]
+                        raise TimeoutError("the records were not acknowledged in time")
+        for f in self._futures:
+            f._wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        for r, _, _, _ in self._slices:
+            if r.error is not None:
+                return r.error
+        for f in self._futures:
+            if f._mk_result.error is not None:
+                return f._mk_result.error
+        return None
+
+    def futures(self) -> list[FutureRecordMetadata]:
+        out = list(self._futures)
+        for r, first, count, ts in self._slices:
+            out.extend(FutureRecordMetadata(r, first + i, ts) for i in range(count))
+        return out
+
+    def result(self, timeout: float | None = None) -> list[RecordMetadata]:
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        out = [f.result() for f in self._futures]
+        for r, first, count, ts in self._slices:
+            base = r.base_offset + first if r.base_offset >= 0 else -1
+            out.extend(RecordMetadata(r.topic, r.partition, base + i if base >= 0 else -1, ts)
+                       for i in range(count))
+        return out
+
+
 # ------------------------------------------------------------------ batches
 
 
@@ -238,6 +296,19 @@ class ProducerBatch:
         self.count += 1
         return fut
 
+    def append_section(self, section: bytes, count: int, ts: int) -> int:
+        """Add ``count`` records already encoded (by ``encode_records``, offset deltas starting at the
+        value returned, timestamp delta ``ts - base_ts``); returns that first offset delta."""
+        first = self.count
+        if first == 0:
+            self.base_ts = ts
+        if ts > self.max_ts:
+            self.max_ts = ts
+        self.parts.append(section)
+        self.size += len(section)
+        self.count += count
+        return first
+
     def close(self, codec: int, producer_id: int, producer_epoch: int) -> bytes:
         """Encode once; a retry resends the same bytes (same sequence, same CRC)."""
         if self.sequence >= 0:
@@ -262,7 +333,7 @@ class _PartitionQueue:
 
 
 class Producer:
-    def __init__(self, bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092", *, acks: int | str = "all",
+    def __init__(self, bootstrap_servers: str | Sequence[str] | None = None, *, acks: int | str = "all",
                  enable_idempotence: bool = True, linger_ms: int = 5, batch_size: int = 16384,
                  compression_type: str | None = None, max_in_flight: int = 5, retries: int = 2_147_483_647,
                  delivery_timeout_ms: int = 120_000, request_timeout_ms: int = 30_000,
@@ -272,7 +343,7 @@ class Producer:
                  ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
                  sasl_mechanism: str = "SCRAM-SHA-256", sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None, security: ChannelSecurity | None = None) -> None:
-        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.bootstrap = parse_bootstrap(default_bootstrap() if bootstrap_servers is None else bootstrap_servers)
         self.security = client_security(security, security_protocol=security_protocol, ssl_cafile=ssl_cafile,
                                         ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                                         sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
@@ -387,6 +458,102 @@ class Producer:
         if wake:
             self._wakeup()
         return fut
+
+    def send_batch(self, topic: str, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
+                   partition: int | None = None, timestamp_ms: int | None = None) -> BatchSendResult:
+        """Send many values (with ``keys`` if given) in one call; one handle for them all.
+
+        Theory of operation: the values are cut into slices that fit ``batch_size`` and each slice
+        is encoded by one ``encode_records`` call (compiled) into the partition's open batch or a
+        new one. From there the batches go through exactly the queue ``send()`` uses, so
+        idempotent sequence numbers, retries, ordering, ``buffer_memory`` back-pressure (per slice)
+        and ``delivery_timeout_ms`` are the same. Without ``partition`` and without keys the
+        sticky partitioner picks the partition per slice; with keys and no partition each
+        record goes through ``send()`` (its key picks its partition). All records share one
+        timestamp (``timestamp_ms`` or now).
+
+        Returns a :class:`BatchSendResult`: ``.result(timeout)`` is the list of ``RecordMetadata``
+        in the order of ``values``.
+        """
+        handle = BatchSendResult()
+        if keys is not None and len(keys) != len(values):
+            raise ValueError("keys and values differ in length")
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        if keys is not None and partition is None:
+            handle._futures = [self.send(topic, v, k, timestamp_ms=ts) for k, v in zip(keys, values, strict=True)]
+            return handle
+        if self._closed:
+            raise errors.KafkaError("the producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        for v in values:
+            if v is not None and not isinstance(v, bytes | bytearray):
+                raise TypeError("value must be bytes (serialize it first)")
+        for k in keys or ():
+            if k is not None and not isinstance(k, bytes | bytearray):
+                raise TypeError("key must be bytes (serialize it first)")
+        num = self._partition_counts.get(topic) or self._wait_for_partitions(topic)
+        if partition is not None and not 0 <= partition < num:
+            raise errors.UnknownTopicOrPartitionError(f"{topic} has partitions 0..{num - 1}, not {partition}")
+        i, n = 0, len(values)
+        while i < n:
+            self._send_slice(topic, values, keys, partition, num, ts, i, handle)
+            i += handle._slices[-1][2]
+        return handle
+
+    def _send_slice(self, topic: str, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                    partition: int | None, num: int, ts: int, start: int, handle: BatchSendResult) -> None:
+        """Append the longest run of ``values[start:]`` that fits one batch (at least one record)."""
+        sticky = partition is None
+        with self._lock:
+            tp_partition = self._sticky.partition(topic, num) if partition is None else partition
+            tp = (topic, tp_partition)
+            pq = self._queues.get(tp)
+            if pq is None:
+                pq = self._queues[tp] = _PartitionQueue(deque())
+            batch = pq.batches[-1] if pq.batches and pq.batches[-1].payload is None else None
+            room = self.batch_size - (batch.size if batch is not None else 61)
+            if batch is not None and batch.count and room < RECORD_OVERHEAD_ESTIMATE + len(values[start] or b""):
+                batch = None  # full: a new one (and, sticky, a new partition)
+                room = self.batch_size - 61
+                if sticky:
+                    tp_partition = self._sticky.on_new_batch(topic, num, tp_partition)
+                    tp = (topic, tp_partition)
+                    pq = self._queues.get(tp) or self._queues.setdefault(tp, _PartitionQueue(deque()))
+                    batch = pq.batches[-1] if pq.batches and pq.batches[-1].payload is None else None
+                    if batch is not None and batch.count:
+                        batch = None
+            end, estimate, n = start, 0, len(values)
+            while end < n:
+                e = len(values[end] or b"") + (len(keys[end] or b"") if keys is not None else 0) \
+                    + RECORD_OVERHEAD_ESTIMATE
+                if end > start and estimate + e > room:
+                    break
+                estimate += e
+                end += 1
+            if self._buffered + estimate > self.buffer_memory and self._buffered:
+                self._wakeup()
+                if not self._idle.wait_for(lambda: self._buffered + estimate <= self.buffer_memory
+                                           or not self._buffered, self.max_block_s):
+                    raise errors.RequestTimedOutError(
+                        f"buffer_memory={self.buffer_memory} stayed full for max_block_ms")
+                # The queue may have moved on while we waited: re-check the open batch.
+                batch = pq.batches[-1] if pq.batches and pq.batches[-1].payload is None else None
+                if batch is not None and batch.count and batch.size + estimate > self.batch_size:
+                    batch = None
+            self._buffered += estimate
+            if batch is None:
+                now = time.monotonic()
+                batch = ProducerBatch(topic, tp_partition, now, now + self.delivery_timeout_s)
+                pq.batches.append(batch)
+                self._unfinished += 1
+            first = batch.count
+            section = encode_records(values[start:end], None if keys is None else keys[start:end],
+                                     ts - batch.base_ts if first else 0, first)
+            batch.append_section(section, end - start, ts)
+            batch.buffered += estimate
+            handle._slices.append((batch.result, first, end - start, ts))
+        self._wakeup()
 
     def _wait_for_partitions(self, topic: str) -> int:
         deadline = time.monotonic() + self.max_block_s

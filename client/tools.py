@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 from client.admin import AdminClient, NewTopic
 from client.consumer import Consumer, CorruptRecordError, TopicPartition
+from client.discovery import BOOTSTRAP_ENV, ZOOKEEPER_ENV, local_cluster_dir
 from client.local_cluster import ClusterError, ClusterState
 from client.producer import Producer
 from proto import errors
@@ -32,7 +34,9 @@ def add_connection_args(p: argparse.ArgumentParser, zookeeper: bool = False) -> 
     p.add_argument("--bootstrap-server", default=None, help="host:port[,host:port] (default: the local cluster)")
     if zookeeper:
         p.add_argument("--zookeeper", default=None, help="host:port[/chroot] (default: the local cluster's)")
-    p.add_argument("--dir", type=Path, default=Path(".minikafka"), help="local cluster directory (.minikafka)")
+    p.add_argument("--dir", type=Path, default=None,
+                   help="local cluster directory (default: $MINIKAFKA_DIR or .minikafka); --bootstrap-server, "
+                        "then --dir, then $MINIKAFKA_BOOTSTRAP, then ./.minikafka decide where the cluster is")
     p.add_argument("--output", choices=["table", "json"], default="table")
     p.add_argument("--command-config", type=Path, default=None, metavar="FILE",
                    help="client properties (security.protocol, ssl.truststore.location, sasl.username, ...), "
@@ -46,29 +50,40 @@ def security_from_args(args: argparse.Namespace) -> ChannelSecurity:
             return ChannelSecurity.from_properties(parse_properties(args.command_config.read_text()))
         except OSError as e:
             raise errors.InvalidConfigError(f"cannot read {args.command_config}: {e.strerror}") from None
-    if not getattr(args, "bootstrap_server", None):
+    if not getattr(args, "bootstrap_server", None) and (args.dir is not None or not os.environ.get(BOOTSTRAP_ENV)):
         try:
-            return ClusterState.load(args.dir).client_security()
+            return ClusterState.load(_cluster_dir(args)).client_security()
         except ClusterError:
             pass
     return PLAINTEXT_SECURITY
 
 
+def _cluster_dir(args: argparse.Namespace) -> Path:
+    return Path(args.dir) if getattr(args, "dir", None) is not None else local_cluster_dir()
+
+
 def bootstrap_from_args(args: argparse.Namespace) -> str:
+    """--bootstrap-server, else an explicit --dir, else $MINIKAFKA_BOOTSTRAP, else the local cluster."""
     if args.bootstrap_server:
         return str(args.bootstrap_server)
+    env = os.environ.get(BOOTSTRAP_ENV, "").strip()
+    if env and getattr(args, "dir", None) is None:
+        return env
     try:
-        return ClusterState.load(args.dir).bootstrap_servers
+        return ClusterState.load(_cluster_dir(args)).bootstrap_servers
     except ClusterError:
-        raise errors.InvalidRequestError("no --bootstrap-server given and no local cluster in "
-                                         f"{args.dir}") from None
+        raise errors.InvalidRequestError(f"no --bootstrap-server given, ${BOOTSTRAP_ENV} unset and no local "
+                                         f"cluster in {_cluster_dir(args)} (start one: minikafka cluster up)") from None
 
 
 def _zookeeper(args: argparse.Namespace) -> str | None:
     if getattr(args, "zookeeper", None):
         return str(args.zookeeper)
+    env = os.environ.get(ZOOKEEPER_ENV, "").strip()
+    if env and getattr(args, "dir", None) is None:
+        return env
     try:
-        return ClusterState.load(args.dir).zookeeper_connect
+        return ClusterState.load(_cluster_dir(args)).zookeeper_connect
     except ClusterError:
         return None
 

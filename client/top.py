@@ -22,6 +22,7 @@ import grpc
 
 from client.admin import AdminClient
 from client.connection import ClusterView
+from client.discovery import local_cluster_dir
 from client.local_cluster import ClusterError, ClusterState, local_client_security
 from proto import errors
 from proto import minikafka_pb2 as pb
@@ -34,7 +35,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("top", help="live view of partitions, replicas' LEO/HW, ISR, lag and events")
     p.add_argument("--bootstrap-server", default=None)
     p.add_argument("--zookeeper", default=None, help="for consumer-group lag (default: the local cluster's)")
-    p.add_argument("--dir", type=Path, default=Path(".minikafka"))
+    p.add_argument("--dir", type=Path, default=local_cluster_dir())
     p.add_argument("--topic", action="append", default=[], help="only these topics (repeatable)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     p.add_argument("--events", type=int, default=8, help="recent events to show")

@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 
 from client.connection import ClusterView
+from client.discovery import local_cluster_dir
 from client.local_cluster import ClusterError, ClusterState, local_client_security
 from proto import errors
 from proto import minikafka_pb2 as pb
@@ -33,7 +34,7 @@ Fingerprint = tuple[int, int, int, int]
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("verify-replicas", help="check that every replica holds the same batches below the HW")
     p.add_argument("--bootstrap-server", default=None)
-    p.add_argument("--dir", type=Path, default=Path(".minikafka"))
+    p.add_argument("--dir", type=Path, default=local_cluster_dir())
     p.add_argument("--topic", default=None)
     p.add_argument("--output", choices=["table", "json"], default="table")
     p.set_defaults(func=run)

@@ -628,7 +628,203 @@ static PyObject *py_has_hardware_crc(PyObject *self, PyObject *unused) {
 #endif
 }
 
+/* ------------------------------------------------------------------ record encoding (producer)
+ * encode_record / encode_records build the uncompressed records section the producer frames with
+ * build_batch. They are byte-for-byte twins of proto.record_batch's _encode_record_body_py and
+ * _encode_records_py (tests/unit/test_record_encode.py proves it with hypothesis). Each record is
+ * sized first (varints have a known length) so it is written once, straight into the result. */
+
+typedef struct { char *p; Py_ssize_t len, cap; } Out;
+
+static int out_reserve(Out *o, Py_ssize_t n) {
+    if (o->len + n <= o->cap) return 0;
+    Py_ssize_t cap = o->cap ? o->cap : 256;
+    while (cap < o->len + n) cap *= 2;
+    char *q = PyMem_Realloc(o->p, (size_t)cap);
+    if (!q) { PyErr_NoMemory(); return -1; }
+    o->p = q; o->cap = cap;
+    return 0;
+}
+
+static inline int zz_len(int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    int n = 1;
+    while (z >= 0x80) { z >>= 7; n++; }
+    return n;
+}
+
+static inline char *zz_put(char *p, int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (z >= 0x80) { *p++ = (char)((z & 0x7F) | 0x80); z >>= 7; }
+    *p++ = (char)z;
+    return p;
+}
+
+/* A bytes-like or None field: data/len, len == -1 for None. The buffer must be released. */
+static int get_field(PyObject *o, Py_buffer *view, const char *what) {
+    view->obj = NULL;
+    view->len = -1;
+    view->buf = NULL;
+    if (o == Py_None) return 0;
+    if (PyObject_GetBuffer(o, view, PyBUF_SIMPLE) < 0) {
+        PyErr_Format(PyExc_TypeError, "record %s must be bytes-like or None", what);
+        view->obj = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static inline void release_field(Py_buffer *view) { if (view->obj) PyBuffer_Release(view); }
+
+static inline Py_ssize_t field_size(Py_ssize_t n) { return n < 0 ? 1 : zz_len(n) + n; }
+
+static inline char *field_put(char *p, const Py_buffer *v) {
+    if (v->len < 0) return zz_put(p, -1);
+    p = zz_put(p, v->len);
+    if (v->len) memcpy(p, v->buf, (size_t)v->len);
+    return p + v->len;
+}
+
+/* Append one record (length prefix included) to o. headers: a sequence of objects with .key (str)
+ * and .value (bytes or None), or NULL/empty. */
+static int append_record(Out *o, int64_t offset_delta, int64_t ts_delta, PyObject *key, PyObject *value,
+                         PyObject *headers) {
+    Py_buffer k, v;
+    int rc = -1;
+    PyObject *hseq = NULL;
+    Py_ssize_t nh = 0;
+    Py_buffer *hv = NULL;
+    PyObject **hk = NULL;
+    if (get_field(key, &k, "key") < 0) return -1;
+    if (get_field(value, &v, "value") < 0) { release_field(&k); return -1; }
+    if (headers && headers != Py_None) {
+        hseq = PySequence_Fast(headers, "headers must be a sequence");
+        if (!hseq) goto done;
+        nh = PySequence_Fast_GET_SIZE(hseq);
+    }
+    Py_ssize_t body = 1 + zz_len(ts_delta) + zz_len(offset_delta) + field_size(k.len) + field_size(v.len) + zz_len(nh);
+    if (nh) {
+        hv = PyMem_Calloc((size_t)nh, sizeof(Py_buffer));
+        hk = PyMem_Calloc((size_t)nh, sizeof(PyObject *));
+        if (!hv || !hk) { PyErr_NoMemory(); goto done; }
+        for (Py_ssize_t i = 0; i < nh; i++) {
+            PyObject *h = PySequence_Fast_GET_ITEM(hseq, i);
+            PyObject *hkey = PyObject_GetAttrString(h, "key");
+            if (!hkey) goto done;
+            if (!PyUnicode_Check(hkey)) {
+                Py_DECREF(hkey);
+                PyErr_SetString(PyExc_TypeError, "header key must be str");
+                goto done;
+            }
+            hk[i] = PyUnicode_AsUTF8String(hkey);
+            Py_DECREF(hkey);
+            if (!hk[i]) goto done;
+            PyObject *hval = PyObject_GetAttrString(h, "value");
+            if (!hval) goto done;
+            int r = get_field(hval, &hv[i], "header value");
+            Py_DECREF(hval);
+            if (r < 0) goto done;
+            body += field_size(PyBytes_GET_SIZE(hk[i])) + field_size(hv[i].len);
+        }
+    }
+    if (out_reserve(o, zz_len(body) + body) < 0) goto done;
+    char *p = o->p + o->len;
+    p = zz_put(p, body);
+    *p++ = 0;  /* attributes */
+    p = zz_put(p, ts_delta);
+    p = zz_put(p, offset_delta);
+    p = field_put(p, &k);
+    p = field_put(p, &v);
+    p = zz_put(p, nh);
+    for (Py_ssize_t i = 0; i < nh; i++) {
+        Py_ssize_t n = PyBytes_GET_SIZE(hk[i]);
+        p = zz_put(p, n);
+        memcpy(p, PyBytes_AS_STRING(hk[i]), (size_t)n);
+        p += n;
+        p = field_put(p, &hv[i]);
+    }
+    o->len = p - o->p;
+    rc = 0;
+done:
+    release_field(&k);
+    release_field(&v);
+    for (Py_ssize_t i = 0; hv && i < nh; i++) release_field(&hv[i]);
+    for (Py_ssize_t i = 0; hk && i < nh; i++) Py_XDECREF(hk[i]);
+    PyMem_Free(hv);
+    PyMem_Free(hk);
+    Py_XDECREF(hseq);
+    return rc;
+}
+
+static PyObject *out_bytes(Out *o) {
+    PyObject *r = PyBytes_FromStringAndSize(o->p ? o->p : "", o->len);
+    PyMem_Free(o->p);
+    return r;
+}
+
+static PyObject *py_encode_record(PyObject *self, PyObject *args) {
+    long long od, td;
+    PyObject *key, *value, *headers = NULL;
+    if (!PyArg_ParseTuple(args, "LLOO|O", &od, &td, &key, &value, &headers)) return NULL;
+    Out o = {NULL, 0, 0};
+    if (append_record(&o, od, td, key, value, headers) < 0) { PyMem_Free(o.p); return NULL; }
+    return out_bytes(&o);
+}
+
+/* encode_records(values, keys_or_None, timestamp_delta_or_list, first_offset_delta) -> bytes */
+static PyObject *py_encode_records(PyObject *self, PyObject *args) {
+    PyObject *values, *keys, *ts;
+    long long first;
+    if (!PyArg_ParseTuple(args, "OOOL", &values, &keys, &ts, &first)) return NULL;
+    PyObject *vs = PySequence_Fast(values, "values must be a sequence");
+    if (!vs) return NULL;
+    PyObject *ks = NULL, *tss = NULL;
+    Out o = {NULL, 0, 0};
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(vs);
+    long long ts_const = 0;
+    if (keys != Py_None) {
+        ks = PySequence_Fast(keys, "keys must be a sequence or None");
+        if (!ks) goto fail;
+        if (PySequence_Fast_GET_SIZE(ks) != n) {
+            PyErr_SetString(PyExc_ValueError, "keys and values differ in length");
+            goto fail;
+        }
+    }
+    if (PyLong_Check(ts)) {
+        ts_const = PyLong_AsLongLong(ts);
+        if (ts_const == -1 && PyErr_Occurred()) goto fail;
+    } else {
+        tss = PySequence_Fast(ts, "timestamp deltas must be an int or a sequence");
+        if (!tss) goto fail;
+        if (PySequence_Fast_GET_SIZE(tss) != n) {
+            PyErr_SetString(PyExc_ValueError, "timestamp deltas and values differ in length");
+            goto fail;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long td = ts_const;
+        if (tss) {
+            td = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(tss, i));
+            if (td == -1 && PyErr_Occurred()) goto fail;
+        }
+        PyObject *key = ks ? PySequence_Fast_GET_ITEM(ks, i) : Py_None;
+        if (append_record(&o, first + i, td, key, PySequence_Fast_GET_ITEM(vs, i), NULL) < 0) goto fail;
+    }
+    Py_DECREF(vs);
+    Py_XDECREF(ks);
+    Py_XDECREF(tss);
+    return out_bytes(&o);
+fail:
+    PyMem_Free(o.p);
+    Py_DECREF(vs);
+    Py_XDECREF(ks);
+    Py_XDECREF(tss);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"encode_record", py_encode_record, METH_VARARGS, "One record (length prefix included), as encode_record_body."},
+    {"encode_records", py_encode_records, METH_VARARGS, "The uncompressed records section of a list of values."},
     {"validate", py_validate, METH_VARARGS, "Validate the record batches of a buffer (see module docs)."},
     {"check_records", py_check_records, METH_VARARGS, "Validate an uncompressed records section."},
     {"crc32c", py_crc32c, METH_O, "CRC-32C (Castagnoli) of a bytes-like object."},

@@ -588,10 +588,10 @@ def _decompress(codec: int, data: bytes | memoryview) -> bytes:
 _SMALL = 8192  # non-negative values below this are one table lookup (zig-zag value < 16384)
 
 
-def encode_record_body(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
-                       headers: Sequence[Header] = ()) -> bytes:
-    """One record, its length prefix included."""
-    if (not headers and 0 <= timestamp_delta < _SMALL and offset_delta < _SMALL
+def _encode_record_body_py(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                           headers: Sequence[Header] = ()) -> bytes:
+    """The pure-Python twin of proto/_codec.c's ``encode_record``: one record, length prefix included."""
+    if (not headers and 0 <= timestamp_delta < _SMALL and 0 <= offset_delta < _SMALL
             and (key is None or len(key) < _SMALL) and (value is None or len(value) < _SMALL)):
         # The producer's hot path (one call per record): table lookups and one join, no helpers.
         t = _UVARINT
@@ -623,6 +623,40 @@ def encode_record_body(offset_delta: int, timestamp_delta: int, key: bytes | Non
             parts.append(h.value)
     body = b"".join(parts)
     return encode_varint(len(body)) + body
+
+
+def _encode_records_py(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                       timestamp_delta: int | Sequence[int], first_offset_delta: int) -> bytes:
+    """The pure-Python twin of proto/_codec.c's ``encode_records``."""
+    if keys is not None and len(keys) != len(values):
+        raise ValueError("keys and values differ in length")
+    if isinstance(timestamp_delta, int):
+        deltas: Sequence[int] = [timestamp_delta] * len(values)
+    else:
+        deltas = timestamp_delta
+        if len(deltas) != len(values):
+            raise ValueError("timestamp deltas and values differ in length")
+    return b"".join(_encode_record_body_py(first_offset_delta + i, deltas[i], None if keys is None else keys[i], v)
+                    for i, v in enumerate(values))
+
+
+# Compiled when proto/_codec.c is built (one C call per record, or per batch for encode_records),
+# else the pure-Python twins; both produce identical bytes (tests/unit/test_record_encode.py).
+encode_record_body = _codec.encode_record if _codec is not None else _encode_record_body_py
+
+
+def encode_records(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
+                   timestamp_delta: int | Sequence[int] = 0, first_offset_delta: int = 0) -> bytes:
+    """The uncompressed records section of ``values`` (with ``keys`` if given) in one call.
+
+    Record ``i`` gets offset delta ``first_offset_delta + i`` and timestamp delta ``timestamp_delta``
+    (one int for all, or one per record); no headers. The bulk producer path (``send_batch``) frames
+    the result with :func:`build_batch`.
+    """
+    if _codec is not None:
+        result: bytes = _codec.encode_records(values, keys, timestamp_delta, first_offset_delta)
+        return result
+    return _encode_records_py(values, keys, timestamp_delta, first_offset_delta)
 
 
 def build_batch(records_section: bytes, *, record_count: int, base_timestamp: int, max_timestamp: int,

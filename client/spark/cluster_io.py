@@ -7,9 +7,12 @@ ListOffsets request per leader for all its partitions) for what the pure
 planner in ``options`` needs. Executor side, ``read_range`` reads one planned
 ``OffsetRange`` straight from the partition's leader with consumer Fetch
 requests (replica_id -1, so the leader serves committed records only, SPEC
-S3.2) and turns every Fetch response into one Arrow ``RecordBatch`` - columns
-are built from plain tuples, no Python object per record beyond the decoded
-fields. When the leader dies or changes in the middle of a read (a gRPC error,
+S3.2) and turns every Fetch response into one Arrow ``RecordBatch``: the
+columnar codec (``proto.columnar``, compiled) decodes the fetched bytes
+straight into Arrow buffers that pyarrow wraps without a copy, so no Python
+object is made per record. The read is pipelined: as soon as a response is
+decoded the Fetch for the next offsets is sent, and the broker serves it while
+Spark consumes the batch just yielded. When the leader dies or changes in the middle of a read (a gRPC error,
 NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, ...), it refreshes metadata and
 goes on from the first offset it has not yet returned, so every record of the
 range comes out exactly once. A new leader's high watermark can briefly trail
@@ -36,7 +39,7 @@ from client.producer import FutureRecordMetadata, Producer
 from client.spark.options import TP, DataLossError, OffsetRange, SparkOptionError, Subscription
 from proto import errors
 from proto import minikafka_pb2 as pb
-from proto.record_batch import TIMESTAMP_TYPE_MASK, decode_batch_fields, iter_headers
+from proto.columnar import RecordColumns, decode_columns, to_arrow
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 log = logging.getLogger("minikafka.spark")
@@ -123,87 +126,87 @@ def read_range(bootstrap_servers: str, rng: OffsetRange, *, include_headers: boo
     """Every record of ``rng`` exactly once, in offset order, as Arrow RecordBatches (one per fetch)."""
     view = ClusterView(bootstrap_servers, timeout_s=request_timeout_ms / 1000.0, security=security)
     try:
-        for cols in _read_columns(view, rng, include_headers=include_headers, max_bytes=max_bytes,
-                                  fail_on_data_loss=fail_on_data_loss, retry_timeout_s=retry_timeout_ms / 1000.0):
-            yield _to_arrow(rng, cols, include_headers, arrow_schema)
+        for cols in read_columns(view, rng, include_headers=include_headers, max_bytes=max_bytes,
+                                 fail_on_data_loss=fail_on_data_loss, retry_timeout_s=retry_timeout_ms / 1000.0):
+            yield to_arrow(cols, rng.topic, rng.partition, arrow_schema)
     finally:
         view.close()
 
 
-Columns = tuple[list[bytes | None], list[bytes | None], list[int], list[int], list[int], list[Any]]
+def _send_fetch(view: ClusterView, topic: str, partition: int, position: int, max_bytes: int) -> Any:
+    """A Fetch of ``topic-partition`` from ``position``, in flight (a gRPC future)."""
+    conn, pl = view.leader_connection(topic, partition)
+    req = pb.FetchRequest(replica_id=-1, max_wait_ms=LONG_POLL_MS, min_bytes=1, max_bytes=max_bytes)
+    req.topics.add(name=topic).partitions.add(partition=partition, fetch_offset=position,
+                                              current_leader_epoch=pl.leader_epoch, partition_max_bytes=max_bytes)
+    return conn.api.Fetch.future(req, timeout=LONG_POLL_MS / 1000.0 + view.timeout_s)
 
 
-def _read_columns(view: ClusterView, rng: OffsetRange, *, include_headers: bool, max_bytes: int,
-                  fail_on_data_loss: bool, retry_timeout_s: float) -> Iterator[Columns]:
+def read_columns(view: ClusterView, rng: OffsetRange, *, include_headers: bool, max_bytes: int,
+                 fail_on_data_loss: bool, retry_timeout_s: float) -> Iterator[RecordColumns]:
+    """The records of ``rng`` as decoded columns, one ``RecordColumns`` per Fetch that returned any."""
     topic, partition, until = rng.topic, rng.partition, rng.until_offset
     position = rng.from_offset
     deadline = time.monotonic() + retry_timeout_s
     last_problem = "no response yet"
-    while position < until:
-        if time.monotonic() >= deadline:
-            raise RangeReadError(f"{topic}-{partition}: no progress at offset {position} (reading up to {until}) "
-                                 f"for {retry_timeout_s:.0f}s; last problem: {last_problem}")
-        try:
-            conn, pl = view.leader_connection(topic, partition)
-            req = pb.FetchRequest(replica_id=-1, max_wait_ms=LONG_POLL_MS, min_bytes=1, max_bytes=max_bytes)
-            req.topics.add(name=topic).partitions.add(partition=partition, fetch_offset=position,
-                                                      current_leader_epoch=pl.leader_epoch,
-                                                      partition_max_bytes=max_bytes)
-            resp = conn.api.Fetch(req, timeout=LONG_POLL_MS / 1000.0 + view.timeout_s)
-            pr = resp.topics[0].partitions[0]
-        except (grpc.RpcError, errors.KafkaError) as e:
-            last_problem = f"{type(e).__name__}: {e}"
-            _refresh_after_error(view, topic)
-            continue
-        if pr.error_code == E.OFFSET_OUT_OF_RANGE:
-            start = list_offsets(view, {(topic, partition): -2}, timeout_s=view.timeout_s)[(topic, partition)]
-            if position >= start:  # above the HW for now (a new leader catching up): wait for it
-                last_problem = "offset out of range above the high watermark"
-                time.sleep(RETRY_BACKOFF_S)
+    # The next Fetch and the offset it asks for, sent before the previous rows were yielded.
+    ahead: tuple[Any, int] | None = None
+    try:
+        while position < until:
+            if time.monotonic() >= deadline:
+                raise RangeReadError(f"{topic}-{partition}: no progress at offset {position} (reading up to {until}) "
+                                     f"for {retry_timeout_s:.0f}s; last problem: {last_problem}")
+            try:
+                if ahead is None or ahead[1] != position:
+                    if ahead is not None:
+                        ahead[0].cancel()
+                    ahead = (_send_fetch(view, topic, partition, position, max_bytes), position)
+                fut, ahead = ahead[0], None
+                pr = fut.result().topics[0].partitions[0]
+            except (grpc.RpcError, errors.KafkaError) as e:
+                last_problem = f"{type(e).__name__}: {e}"
+                _refresh_after_error(view, topic)
                 continue
-            msg = f"{topic}-{partition}: offsets {position}..{start - 1} were deleted before they were read"
-            if fail_on_data_loss:
-                raise DataLossError(msg + " (set failOnDataLoss=false to skip them)")
-            log.warning("%s; skipping them", msg)
-            position = start
-            deadline = time.monotonic() + retry_timeout_s
-            continue
-        if pr.error_code != E.NONE:
-            err = errors.for_code(pr.error_code)
-            if not (err.retriable or err.invalid_metadata):
-                raise err(f"Fetch {topic}-{partition} at {position}")
-            last_problem = err.__name__
-            _refresh_after_error(view, topic)
-            continue
-        cols: Columns = ([], [], [], [], [], [])
-        keys, values, offsets, stamps, types, headers = cols
-        next_position = position
-        for pos, bh in iter_headers(pr.records):
-            if bh.next_offset <= position:
-                continue
-            if bh.is_control:
-                next_position = max(next_position, bh.next_offset)
-                continue
-            _h, fields = decode_batch_fields(pr.records, pos)
-            ts_type = 1 if bh.attributes & TIMESTAMP_TYPE_MASK else 0
-            for off, ts, key, value, hdrs in fields:
-                if off < position or off >= until:
+            if pr.error_code == E.OFFSET_OUT_OF_RANGE:
+                start = list_offsets(view, {(topic, partition): -2}, timeout_s=view.timeout_s)[(topic, partition)]
+                if position >= start:  # above the HW for now (a new leader catching up): wait for it
+                    last_problem = "offset out of range above the high watermark"
+                    time.sleep(RETRY_BACKOFF_S)
                     continue
-                keys.append(key)
-                values.append(value)
-                offsets.append(off)
-                stamps.append(ts)
-                types.append(ts_type)
-                if include_headers:
-                    headers.append([{"key": h.key, "value": h.value} for h in hdrs])
-            next_position = max(next_position, min(bh.next_offset, until))
-        if next_position > position:
-            position = next_position
-            deadline = time.monotonic() + retry_timeout_s
-        else:
-            last_problem = f"the leader returned nothing at {position} (high watermark {pr.high_watermark})"
-        if offsets:
-            yield cols
+                msg = f"{topic}-{partition}: offsets {position}..{start - 1} were deleted before they were read"
+                if fail_on_data_loss:
+                    raise DataLossError(msg + " (set failOnDataLoss=false to skip them)")
+                log.warning("%s; skipping them", msg)
+                position = start
+                deadline = time.monotonic() + retry_timeout_s
+                continue
+            if pr.error_code != E.NONE:
+                err = errors.for_code(pr.error_code)
+                if not (err.retriable or err.invalid_metadata):
+                    raise err(f"Fetch {topic}-{partition} at {position}")
+                last_problem = err.__name__
+                _refresh_after_error(view, topic)
+                continue
+            cols = decode_columns(pr.records, position, until, include_headers=include_headers)
+            if cols.error is not None:
+                base_offset, next_offset, reason = cols.error
+                raise errors.CorruptMessageError(f"{topic}-{partition}: the batch at offset {base_offset} is corrupt "
+                                                 f"({reason}); the next batch starts at offset {next_offset}")
+            if cols.next_offset > position:
+                position = cols.next_offset
+                deadline = time.monotonic() + retry_timeout_s
+                if position < until:
+                    try:  # pipelining: the broker serves the next range while Spark takes these rows
+                        ahead = (_send_fetch(view, topic, partition, position, max_bytes), position)
+                    except (grpc.RpcError, errors.KafkaError) as e:
+                        log.debug("cannot send the next fetch yet: %s", e)  # the loop sends it again
+            else:
+                last_problem = f"the leader returned nothing at {position} (high watermark {pr.high_watermark})"
+            if cols.num_rows:
+                yield cols
+    finally:
+        if ahead is not None:
+            ahead[0].cancel()
 
 
 def _refresh_after_error(view: ClusterView, topic: str) -> None:
@@ -212,25 +215,6 @@ def _refresh_after_error(view: ClusterView, topic: str) -> None:
         view.refresh([topic])
     except errors.KafkaError as e:  # every broker unreachable for now: the read loop retries
         log.debug("metadata refresh failed: %s", e)
-
-
-def _to_arrow(rng: OffsetRange, cols: Columns, include_headers: bool, schema: Any) -> Any:
-    import pyarrow as pa
-
-    keys, values, offsets, stamps, types, headers = cols
-    n = len(offsets)
-    arrays = [
-        pa.array(keys, type=pa.binary()),
-        pa.array(values, type=pa.binary()),
-        pa.array([rng.topic] * n, type=pa.string()),
-        pa.array([rng.partition] * n, type=pa.int32()),
-        pa.array(offsets, type=pa.int64()),
-        pa.array(stamps, type=pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
-        pa.array(types, type=pa.int32()),
-    ]
-    if include_headers:
-        arrays.append(pa.array(headers, type=schema.field("headers").type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 # ------------------------------------------------------------------ executor side: writes

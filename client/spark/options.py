@@ -33,11 +33,13 @@ has listed from the cluster:
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from client.discovery import BOOTSTRAP_ENV
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 EARLIEST = -2
@@ -162,10 +164,12 @@ def includes_headers(options: Mapping[str, str]) -> bool:
 
 def bootstrap_from(options: Mapping[str, str]) -> str:
     opts = _lower(options)
-    servers = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
+    # The driver's $MINIKAFKA_BOOTSTRAP stands in for a missing option, as for the library and CLI.
+    servers = (opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
+               or os.environ.get(BOOTSTRAP_ENV, "").strip())
     if not servers:
-        raise SparkOptionError("option 'bootstrap.servers' (or 'kafka.bootstrap.servers') is required, "
-                               "e.g. .option('bootstrap.servers', '127.0.0.1:9092')")
+        raise SparkOptionError("option 'bootstrap.servers' (or 'kafka.bootstrap.servers') is required "
+                               f"unless ${BOOTSTRAP_ENV} is set, e.g. .option('bootstrap.servers', '127.0.0.1:9092')")
     return servers
 
 
