@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from client.admin import AdminClient, NewTopic
 from client.connection import ClusterView
 from client.consumer import Consumer
-from client.local_cluster import LocalCluster
+from client.ops.local_cluster import LocalCluster
 from client.producer import Producer
 from proto import columnar
 from proto import minikafka_pb2 as pb

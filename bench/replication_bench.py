@@ -40,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from client.connection import ClusterView
-from client.local_cluster import LocalCluster
+from client.ops.local_cluster import LocalCluster
 from client.producer import Producer
 from proto import minikafka_pb2 as pb
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity

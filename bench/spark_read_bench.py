@@ -33,7 +33,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # PySpark forks its 
 
 from client.admin import AdminClient, NewTopic
 from client.consumer import Consumer
-from client.local_cluster import LocalCluster
+from client.ops.local_cluster import LocalCluster
 from client.producer import Producer
 
 TOPIC = "spark-bench"

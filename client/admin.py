@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.connection import ClusterView, raise_for
-from client.consumer import TopicPartition
 from client.discovery import default_bootstrap, default_zookeeper
+from client.structs import TopicPartition
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.scram import MECHANISM, MIN_ITERATIONS, salt_password

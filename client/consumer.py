@@ -54,6 +54,7 @@ import grpc
 
 from client.connection import ClusterView, Connection, parse_bootstrap
 from client.discovery import default_bootstrap, default_zookeeper
+from client.structs import TopicPartition
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.columnar import RecordColumns, decode_columns, kafka_arrow_schema, to_arrow, to_records
@@ -64,11 +65,6 @@ from proto.zk_data import ConsumersZNode, TopicZNode
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
 
 
 class ConsumerRecord(NamedTuple):

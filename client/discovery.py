@@ -23,7 +23,7 @@ BOOTSTRAP_ENV = "MINIKAFKA_BOOTSTRAP"
 ZOOKEEPER_ENV = "MINIKAFKA_ZOOKEEPER"
 DIR_ENV = "MINIKAFKA_DIR"
 DEFAULT_DIR = ".minikafka"
-STATE_FILE = "cluster.json"  # client/local_cluster.py writes it
+STATE_FILE = "cluster.json"  # client/ops/local_cluster.py writes it
 FALLBACK_BOOTSTRAP = "127.0.0.1:9092"
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from client.tools import bootstrap_from_args
+from client.cli.tools import bootstrap_from_args
 from proto import errors
 
 

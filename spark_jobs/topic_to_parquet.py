@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from client.tools import add_connection_args
+from client.cli.tools import add_connection_args
 from spark_jobs.job_session import JobSession
 
 

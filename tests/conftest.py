@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from client.local_cluster import ZooKeeperServer
+from client.ops.local_cluster import ZooKeeperServer
 
 logging.getLogger("kazoo").setLevel(logging.ERROR)
 # PySpark starts its JVM with fork + preexec_fn; gRPC's fork handlers break that child when this

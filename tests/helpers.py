@@ -12,7 +12,7 @@ import grpc
 from kazoo.client import KazooClient
 
 from client.connection import ClusterView, Connection
-from client.local_cluster import LocalCluster, ZooKeeperServer
+from client.ops.local_cluster import LocalCluster, ZooKeeperServer
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Record, decode_batches, encode_batch
 
@@ -105,7 +105,7 @@ def broker_security_args(secrets: Path, broker_id: int, client_port: int, intern
     """``--set`` arguments for a broker started by hand: a CLIENT listener and a mutual-TLS INTERNAL one,
     with a CA and broker certificate made in ``secrets`` (kept if present), and ZooKeeper ACLs when
     ``zk_digest`` is given."""
-    from client import certs
+    from client.ops import certs
 
     certs.init_ca(secrets)
     pem = secrets / f"broker-{broker_id}.pem"

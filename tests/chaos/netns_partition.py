@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/helpers.py
 
 from helpers import wait_for
 
-from client.chaos import Workload
 from client.connection import ClusterView
-from client.history import OK, check
-from client.local_cluster import LocalCluster, ZooKeeperServer
-from client.verify_replicas import verify
+from client.ops.chaos import Workload
+from client.ops.history import OK, check
+from client.ops.local_cluster import LocalCluster, ZooKeeperServer
+from client.ops.verify_replicas import verify
 from proto import minikafka_pb2 as pb
 
 TOPIC = "chaos"

@@ -19,10 +19,10 @@ import pytest
 from helpers import E, create_topic, isr_of, leader_of, wait_for
 from kazoo.client import KazooClient
 
-from client.chaos import Workload
-from client.history import FAIL, OK, check
-from client.local_cluster import pid_alive
-from client.verify_replicas import verify
+from client.ops.chaos import Workload
+from client.ops.history import FAIL, OK, check
+from client.ops.local_cluster import pid_alive
+from client.ops.verify_replicas import verify
 from proto import errors
 from proto.zk_data import ControllerEpochZNode
 

@@ -36,10 +36,10 @@ from zk_chaos import E, ProxiedCluster, StateRecorder, all_led, direct_client, l
 from zk_proxy import CREATE_OPS, OP_GET_DATA, OP_MULTI, ZkFaultProxy
 
 from client.admin import AdminClient
-from client.chaos import Workload
-from client.consumer import TopicPartition
-from client.history import OK, check
-from client.local_cluster import pid_alive
+from client.ops.chaos import Workload
+from client.ops.history import OK, check
+from client.ops.local_cluster import pid_alive
+from client.structs import TopicPartition
 from proto import minikafka_pb2 as pb
 
 pytestmark = pytest.mark.integration

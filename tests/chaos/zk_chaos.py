@@ -21,7 +21,7 @@ from kazoo.exceptions import NoNodeError
 from zk_proxy import ZkFaultProxy
 
 from client.connection import ClusterView
-from client.local_cluster import LocalCluster, pid_alive
+from client.ops.local_cluster import LocalCluster, pid_alive
 from proto import minikafka_pb2 as pb
 from proto.zk_data import (
     ControllerEpochZNode,

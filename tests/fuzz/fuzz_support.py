@@ -39,7 +39,7 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, Phase, settings
 
 from client.connection import ClusterView, Connection
-from client.local_cluster import ClusterError, LocalCluster, pid_alive
+from client.ops.local_cluster import ClusterError, LocalCluster, pid_alive
 from proto import minikafka_pb2 as pb
 from proto.record_batch import decode_batch
 

@@ -15,8 +15,9 @@ import pytest
 from helpers import E, create_topic, leader_of, read_values, wait_for
 from kazoo.client import KazooClient
 
-from client.consumer import Consumer, TopicPartition
+from client.consumer import Consumer
 from client.producer import Producer
+from client.structs import TopicPartition
 from proto.zk_data import ConsumersZNode
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import yaml
 
 from broker.config import build_config
 from client.cli import build_parser
-from client.local_cluster import BrokerProc, broker_properties
+from client.ops.local_cluster import BrokerProc, broker_properties
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

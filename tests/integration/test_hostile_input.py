@@ -30,8 +30,9 @@ from helpers import (
 )
 
 from client.connection import Connection
-from client.consumer import Consumer, CorruptRecordError, TopicPartition
-from client.local_cluster import LocalCluster, ZooKeeperServer
+from client.consumer import Consumer, CorruptRecordError
+from client.ops.local_cluster import LocalCluster, ZooKeeperServer
+from client.structs import TopicPartition
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.record_batch import (

@@ -25,8 +25,8 @@ from helpers import (
 )
 from kazoo.client import KazooClient
 
-from client.local_cluster import free_ports
-from client.top import snapshot
+from client.cli.top import snapshot
+from client.ops.local_cluster import free_ports
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

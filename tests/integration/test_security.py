@@ -30,10 +30,11 @@ from helpers import (
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from client import certs
 from client.admin import AdminClient
-from client.consumer import Consumer, TopicPartition
+from client.consumer import Consumer
+from client.ops import certs
 from client.producer import Producer
+from client.structs import TopicPartition
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from client.history import FAIL, OK, UNKNOWN, Read, Write, check
+from client.ops.history import FAIL, OK, UNKNOWN, Read, Write, check
 
 
 def clean() -> tuple[list[Write], list[Read]]:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from client.consumer import ColumnBatch, Consumer, ConsumerRecord, CorruptRecordError, TopicPartition
+from client.consumer import ColumnBatch, Consumer, ConsumerRecord, CorruptRecordError
+from client.structs import TopicPartition
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Header, Record, encode_batch
 

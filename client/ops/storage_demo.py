@@ -13,32 +13,10 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from proto.record_batch import Record, decode_batches, encode_batch
-
-
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help="show the system working: `log` (storage alone) or `cluster`")
-    p.add_argument("what", choices=["log", "cluster"], help="which demo")
-    p.add_argument("--dir", default=None, help="log directory (log) or cluster directory (cluster, .minikafka)")
-    p.add_argument("--records", type=int, default=None, help="records to write (log: 10000, cluster: 5)")
-    p.add_argument("--bootstrap-server", default=None, help="cluster demo: brokers to bootstrap from")
-    p.add_argument("--topic", default="quickstart", help="cluster demo: topic to create and use")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.what == "cluster":
-        from client.cluster_demo import run_cluster_demo
-
-        args.dir = args.dir or ".minikafka"
-        args.records = args.records or 5
-        return run_cluster_demo(args)
-    args.records = args.records or 10_000
-    return run_log_demo(args)
 
 
 def run_log_demo(args: argparse.Namespace) -> int:

@@ -2,28 +2,22 @@
 
 ``Workload`` runs producers writing unique values (idempotent, acks=all) at a
 steady rate and records each write's outcome; after the faults heal it reads
-every partition in full. ``client.history.check`` then judges the history.
+every partition in full. ``client.ops.history.check`` then judges the history.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import threading
 import time
-from pathlib import Path
-from typing import Any
 
 from client.connection import ClusterView
-from client.consumer import Consumer, TopicPartition
-from client.discovery import local_cluster_dir
-from client.history import FAIL, OK, UNKNOWN, Read, Write, check
-from client.local_cluster import ClusterState, LocalCluster, pid_alive
+from client.consumer import Consumer
+from client.ops.history import FAIL, OK, UNKNOWN, Read, Write
+from client.ops.local_cluster import LocalCluster
 from client.producer import Producer
-from client.verify_replicas import verify
+from client.structs import TopicPartition
 from proto import errors
-from proto import minikafka_pb2 as pb
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 # Errors after which the write surely did not happen (the broker refused it before appending).
@@ -121,25 +115,13 @@ class Workload:
 SCENARIOS = ("leader-kill", "controller-kill", "rolling-restart", "follower-pause", "soak")
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("chaos", help="inject faults into the local cluster under load and check the history")
-    p.add_argument("--dir", type=Path, default=local_cluster_dir())
-    p.add_argument("--scenario", choices=SCENARIOS, default="soak")
-    p.add_argument("--duration", type=float, default=30.0, help="seconds of faults")
-    p.add_argument("--interval", type=float, default=3.0, help="seconds between faults")
-    p.add_argument("--rate", type=float, default=300.0, help="writes per second per producer")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--output", choices=["table", "json"], default="table")
-    p.set_defaults(func=run)
-
-
 def _leader(view: ClusterView, topic: str, partition: int) -> int:
     view.refresh([topic])
     pl = view.partitions.get((topic, partition))
     return pl.leader if pl else -1
 
 
-def _inject(cluster: LocalCluster, view: ClusterView, topic: str, scenario: str, rng: random.Random,
+def inject(cluster: LocalCluster, view: ClusterView, topic: str, scenario: str, rng: random.Random,
             faults: list[str]) -> None:
     """One fault, then its healing; bounded waits only."""
     status = cluster.status()
@@ -172,44 +154,3 @@ def _inject(cluster: LocalCluster, view: ClusterView, topic: str, scenario: str,
         cluster.start(victim)
         cluster.wait_registered({victim}, 60)
     faults.append(f"{scenario}:{victim}")
-
-
-def run(args: argparse.Namespace) -> int:
-    rng = random.Random(args.seed)
-    cluster = LocalCluster(args.dir)
-    state = ClusterState.load(args.dir)
-    cluster.state = state
-    view = ClusterView(state.bootstrap_servers, security=state.client_security())
-    topic = f"chaos-{int(time.time())}"
-    conn = view.connection(view.bootstrap[0])
-    resp = conn.api.CreateTopics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
-        name=topic, num_partitions=2, replication_factor=min(3, len(state.brokers)),
-        configs={"min.insync.replicas": "2" if len(state.brokers) >= 3 else "1"})], timeout_ms=30000), timeout=40)
-    if resp.topics[0].error_code != pb.ErrorCode.NONE:
-        raise errors.for_code(resp.topics[0].error_code)(resp.topics[0].error_message)
-    workload = Workload(state.bootstrap_servers, topic, 2, rate=args.rate, security=state.client_security())
-    workload.start()
-    faults: list[str] = []
-    deadline = time.monotonic() + args.duration
-    while time.monotonic() < deadline:
-        time.sleep(min(args.interval, max(0.0, deadline - time.monotonic())))
-        if time.monotonic() >= deadline:
-            break
-        _inject(cluster, view, topic, args.scenario, rng, faults)
-    writes = workload.stop()
-    for b in state.brokers:
-        if not pid_alive(cluster.broker(b).pid):
-            cluster.start(b)
-            cluster.wait_registered({b}, 60)
-    report = check(writes, workload.read_all())
-    replicas = verify(view, topic)
-    view.close()
-    result = {"scenario": args.scenario, "duration_s": args.duration, "faults": faults, "writes": report.writes,
-              "anomalies": report.anomalies, "replicas_identical": all(e["status"] == "OK" for e in replicas)}
-    if args.output == "json":
-        print(json.dumps(result, indent=2))
-    else:
-        print(f"scenario {args.scenario}: {len(faults)} faults injected ({', '.join(faults) or 'none'})")
-        print(report.summary())
-        print("replicas identical below the HW: " + ("yes" if result["replicas_identical"] else "NO"))
-    return 0 if report.valid and result["replicas_identical"] else 1

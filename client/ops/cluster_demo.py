@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from client.connection import ClusterView, raise_for
-from client.local_cluster import ClusterState, local_client_security
+from client.ops.local_cluster import ClusterState, local_client_security
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Record, decode_batches, encode_batch

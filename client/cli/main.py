@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import grpc
 
-from client.certs import CertError
-from client.local_cluster import ClusterError
-from client.tools import validate_names
+from client.cli.tools import validate_names
+from client.ops.certs import CertError
+from client.ops.local_cluster import ClusterError
 from proto.errors import KafkaError
 from proto.transport import SecurityConfigError
 
@@ -26,17 +26,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     from broker import main as broker_main
-    from client import certs, chaos, local_cluster, security_cli, storage_demo, tools, top, verify_replicas
+    from client.cli import certs, chaos, cluster, demo, security, tools, top, verify_replicas
 
     broker_main.add_parser(sub)
-    local_cluster.add_parser(sub)
+    cluster.add_parser(sub)
     tools.add_parsers(sub)
-    security_cli.add_parsers(sub)
+    security.add_parsers(sub)
     certs.add_parser(sub)
     top.add_parser(sub)
     verify_replicas.add_parser(sub)
     chaos.add_parser(sub)
-    storage_demo.add_parser(sub)
+    demo.add_parser(sub)
     return parser
 
 

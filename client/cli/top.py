@@ -23,7 +23,7 @@ import grpc
 from client.admin import AdminClient
 from client.connection import ClusterView
 from client.discovery import local_cluster_dir
-from client.local_cluster import ClusterError, ClusterState, local_client_security
+from client.ops.local_cluster import ClusterError, ClusterState, local_client_security
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.transport import PLAINTEXT_SECURITY

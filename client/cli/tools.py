@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from client.admin import AdminClient, NewTopic
-from client.consumer import Consumer, CorruptRecordError, TopicPartition
+from client.consumer import Consumer, CorruptRecordError
 from client.discovery import BOOTSTRAP_ENV, ZOOKEEPER_ENV, local_cluster_dir
-from client.local_cluster import ClusterError, ClusterState
+from client.ops.local_cluster import ClusterError, ClusterState
 from client.producer import Producer
+from client.structs import TopicPartition
 from proto import errors
 from proto.names import validate_group_id, validate_topic_name
 from proto.properties import parse_properties

@@ -1,4 +1,4 @@
-"""``python -m client.healthcheck HOST:PORT [CA_PEM]``: exit 0 when the broker's gRPC health says
+"""``python -m client.ops.healthcheck HOST:PORT [CA_PEM]``: exit 0 when the broker's gRPC health says
 SERVING (container health checks use it). With a CA certificate the listener is reached over TLS
 (SSL and SASL_SSL listeners; health needs no credentials)."""
 
@@ -14,7 +14,7 @@ from proto.transport import ChannelSecurity
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (1, 2):
-        print("usage: python -m client.healthcheck HOST:PORT [CA_PEM]", file=sys.stderr)
+        print("usage: python -m client.ops.healthcheck HOST:PORT [CA_PEM]", file=sys.stderr)
         return 2
     security = ChannelSecurity("SSL", ssl_cafile=argv[1]) if len(argv) == 2 else ChannelSecurity()
     with security.channel(argv[0]) as channel:

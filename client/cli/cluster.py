@@ -1,0 +1,142 @@
+"""``minikafka cluster up | status | down | kill | start``: the local cluster from the command line.
+
+The launcher itself is :mod:`client.ops.local_cluster`; this module only parses flags and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from client.discovery import local_cluster_dir
+from client.ops.certs import CA_CERT
+from client.ops.local_cluster import SIGNALS, ZK_DIGEST_FILE, ClusterError, LocalCluster
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("cluster", help="run a local ZooKeeper + brokers in the background")
+    csub = p.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
+    csub.required = True
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--dir", type=Path, default=local_cluster_dir(), help="cluster directory (.minikafka)")
+
+    up = csub.add_parser("up", help="start ZooKeeper and N brokers, wait for a controller")
+    common(up)
+    up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--zookeeper", default=None, metavar="HOST:PORT", help="use a running ZooKeeper")
+    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker config override")
+    up.add_argument("--secure", action="store_true",
+                    help="clients on TLS + SCRAM (SASL_SSL) with ACLs on and an admin super user")
+    up.set_defaults(func=_cmd_up)
+
+    st = csub.add_parser("status", help="brokers, pids, liveness, controller")
+    common(st)
+    st.add_argument("--output", choices=["table", "json"], default="table")
+    st.set_defaults(func=_cmd_status)
+
+    down = csub.add_parser("down", help="stop every broker (controlled) and ZooKeeper")
+    common(down)
+    down.add_argument("--purge", action="store_true", help="also delete the cluster directory")
+    down.set_defaults(func=_cmd_down)
+
+    kill = csub.add_parser("kill", help="send a signal to one broker")
+    common(kill)
+    kill.add_argument("id", type=int)
+    kill.add_argument("--signal", default="KILL", choices=sorted(SIGNALS))
+    kill.set_defaults(func=_cmd_kill)
+
+    start = csub.add_parser("start", help="start one (stopped) broker again")
+    common(start)
+    start.add_argument("id", type=int)
+    start.set_defaults(func=_cmd_start)
+
+
+def _run(fn: Any) -> int:
+    try:
+        fn()
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    if args.brokers < 1:
+        print("error: --brokers must be at least 1", file=sys.stderr)
+        return 1
+    overrides = {}
+    for item in args.set:
+        k, sep, v = item.partition("=")
+        if not sep:
+            print(f"error: --set expects KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 1
+        overrides[k] = v
+
+    def go() -> None:
+        cluster = LocalCluster(args.dir, zookeeper=args.zookeeper, broker_overrides=overrides)
+        state = cluster.up(args.brokers, secure=args.secure)
+        view = cluster.zk_view()
+        print(f"ZooKeeper: {state.zookeeper_connect}")
+        for _, b in sorted(state.brokers.items()):
+            print(f"broker {b.broker_id}: {b.address} (pid {b.pid}, metrics {b.metrics_address}, log {b.log})")
+        print(f"controller: broker {view['controller']} (controller epoch {view['controller_epoch']})")
+        print(f"bootstrap servers: {state.bootstrap_servers}")
+        print(f"inter-broker plane: mutual TLS (CA {state.secrets / CA_CERT}); ZooKeeper writes need the "
+              f"digest in {state.secrets / ZK_DIGEST_FILE}")
+        if state.secure:
+            print(f"clients: SASL_SSL (SCRAM-SHA-256), ACLs on; the admin super user's settings are in "
+                  f"{state.client_properties}")
+            print(f"  minikafka topics --list --bootstrap-server {state.bootstrap_servers} "
+                  f"--command-config {state.client_properties}")
+
+    return _run(go)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    def go() -> None:
+        s = LocalCluster(args.dir).status()
+        if args.output == "json":
+            print(json.dumps(s, indent=2))
+            return
+        print(f"ZooKeeper {s['zookeeper']['connect']} ({'up' if s['zookeeper']['alive'] else 'DOWN'}), "
+              f"controller: {s['controller']}, controller epoch: {s['controller_epoch']}")
+        print(f"{'ID':>3}  {'ADDRESS':<22} {'PID':>8}  {'ALIVE':<6} {'REGISTERED':<10} ROLE")
+        for b in s["brokers"]:
+            role = "controller" if b["id"] == s["controller"] else ""
+            print(f"{b['id']:>3}  {b['address']:<22} {b['pid']:>8}  {str(b['alive']).lower():<6} "
+                  f"{str(b['registered']).lower():<10} {role}")
+
+    return _run(go)
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    def go() -> None:
+        LocalCluster(args.dir).down()
+        if args.purge:
+            shutil.rmtree(args.dir, ignore_errors=True)
+        print("cluster stopped")
+
+    return _run(go)
+
+
+def _cmd_kill(args: argparse.Namespace) -> int:
+    def go() -> None:
+        LocalCluster(args.dir).signal(args.id, args.signal)
+        print(f"sent SIG{args.signal} to broker {args.id}")
+
+    return _run(go)
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    def go() -> None:
+        c = LocalCluster(args.dir)
+        c.start(args.id)
+        c.wait_registered({args.id}, 60)
+        print(f"broker {args.id} started and registered")
+
+    return _run(go)
