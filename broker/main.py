@@ -16,7 +16,7 @@ from broker.config import ConfigError, load_config
 from broker.log.manager import LogDirLockedError
 from broker.observability import JsonFormatter
 from broker.server import KafkaServer
-from proto.zk_client import BrokerIdInUseError
+from proto.zk_client import BrokerIdInUseError, ZooKeeperUnreachableError
 
 
 def add_parser(sub: Any) -> None:
@@ -61,8 +61,12 @@ async def _serve(config: Any) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.startup()
+    except ZooKeeperUnreachableError as e:
+        # One line, no traceback: the cause is outside this process (Kafka logs the same
+        # ZooKeeperClientTimeoutException and exits).
+        print(f"error: {e.message}", file=sys.stderr)
+        return 1
     except (BrokerIdInUseError, LogDirLockedError) as e:
-        logging.getLogger("broker").error("cannot start: %s", e)
         print(f"error: {e}", file=sys.stderr)
         await _quiet_stop(server)
         return 1

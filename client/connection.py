@@ -92,7 +92,7 @@ class ClusterView:
     def refresh(self, topics: Iterable[str] | None = None, allow_auto_create: bool = False) -> pb.MetadataResponse:
         req = pb.MetadataRequest(all_topics=topics is None, topics=list(topics or []),
                                  allow_auto_topic_creation=allow_auto_create)
-        last = ""
+        failures: list[str] = []
         candidates = list(dict.fromkeys([*self.brokers.values(), *self.bootstrap]))
         for address in candidates:
             try:
@@ -100,12 +100,11 @@ class ClusterView:
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.UNAUTHENTICATED:
                     raise rpc_error(e, address) from None
-                last = f"{e.code().name}: {e.details()}"
+                failures.append(f"{address}: {unreachable_reason(e.code().name, e.details() or '')}")
                 continue
             self._apply(resp)
             return resp
-        hint = " (a TLS listener? give --command-config / security_protocol)" if "Socket closed" in last else ""
-        raise errors.NetworkError(f"no broker answered metadata ({', '.join(candidates)}): {last}{hint}")
+        raise errors.NetworkError(f"cannot reach {'; '.join(failures)}")
 
     def _apply(self, resp: pb.MetadataResponse) -> None:
         if resp.brokers:
@@ -133,7 +132,39 @@ def rpc_error(e: grpc.RpcError, address: str) -> errors.KafkaError:
     details = e.details() if hasattr(e, "details") else str(e)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return errors.SaslAuthenticationFailedError(f"{address}: {details}")
-    return errors.NetworkError(f"{address}: {code.name if code is not None else e}")
+    if code is None:
+        return errors.NetworkError(f"{address}: {e}")
+    return errors.NetworkError(f"cannot reach {address}: {unreachable_reason(code.name, details or '')}")
+
+
+# gRPC's status details for a failed connect are a multi-line debug dump; what a user needs is the
+# cause in a few words, as a socket error would say it. First match wins.
+_REASONS = (
+    ("connection refused", "connection refused"),
+    ("socket closed", "connection closed by the server (a TLS listener? give --command-config / security_protocol)"),
+    ("handshake", "TLS handshake failed (wrong CA or not a TLS listener?)"),
+    ("dns resolution failed", "unknown host"),
+    ("domain name not found", "unknown host"),
+    ("lookup error", "unknown host"),
+    ("name or service not known", "unknown host"),
+    ("no route to host", "no route to host"),
+    ("network is unreachable", "network is unreachable"),
+    ("connection reset", "connection reset"),
+    ("timeout", "timed out"),
+    ("deadline exceeded", "timed out"),
+)
+
+
+def unreachable_reason(code_name: str, details: str) -> str:
+    """One short line for a failed call: ``connection refused``, ``unknown host``, ``timed out``, ..."""
+    text = details.lower()
+    for needle, reason in _REASONS:
+        if needle in text:
+            return reason
+    if code_name == "DEADLINE_EXCEEDED":
+        return "timed out"
+    first = details.strip().splitlines()[0] if details.strip() else ""
+    return f"{code_name.lower()}: {first}" if first else code_name.lower()
 
 
 def raise_for(code: int, message: str = "") -> None:

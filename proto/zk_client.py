@@ -85,6 +85,20 @@ class BrokerIdInUseError(KafkaError):
     """Another live broker holds this broker.id."""
 
 
+class ZooKeeperUnreachableError(KafkaError):
+    """No ZooKeeper session within zookeeper.connection.timeout.ms (Kafka's ZooKeeperClientTimeoutException)."""
+
+    name = "ZOOKEEPER_CLIENT_TIMEOUT"
+
+
+class _BelowError(logging.Filter):
+    """Drops kazoo's per-attempt WARNINGs ("Connection dropped ...") while a session is first
+    established: the caller reports the outcome once, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
 class ControllerMovedError(KafkaError):
     """Someone else became controller while this one was writing."""
 
@@ -126,6 +140,7 @@ class KafkaZkClient:
     def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_ms: int | None = None,
                  digest: tuple[str, str] | None = None):
         chroot_hosts = connect
+        self.connect = connect
         auth = [("digest", f"{digest[0]}:{digest[1]}")] if digest else None
         self.secure_acl = ([make_acl("world", "anyone", read=True), make_digest_acl(*digest, all=True)]
                            if digest else None)
@@ -145,7 +160,24 @@ class KafkaZkClient:
     # ------------------------------------------------------------ session
 
     def start(self) -> None:
-        self.zk.start(timeout=self.connection_timeout_s)
+        """Connect within ``connection_timeout_s`` or raise ZooKeeperUnreachableError; the
+        connection thread is stopped then, so nothing keeps retrying (and logging) behind it."""
+        quiet = _BelowError()
+        kazoo_log = logging.getLogger("kazoo.client")
+        kazoo_log.addFilter(quiet)
+        try:
+            self.zk.start(timeout=self.connection_timeout_s)
+        except self.zk.handler.timeout_exception:
+            try:
+                self.zk.stop()
+                self.zk.close()
+            except Exception:
+                pass
+            raise ZooKeeperUnreachableError(
+                f"cannot reach ZooKeeper at {self.connect} within "
+                f"{self.connection_timeout_s * 1000:.0f} ms (zookeeper.connection.timeout.ms)") from None
+        finally:
+            kazoo_log.removeFilter(quiet)
 
     def stop(self) -> None:
         try:

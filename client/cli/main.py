@@ -14,9 +14,10 @@ from collections.abc import Sequence
 import grpc
 
 from client.cli.tools import validate_names
+from client.connection import unreachable_reason
 from client.ops.certs import CertError
 from client.ops.local_cluster import ClusterError
-from proto.errors import KafkaError
+from proto.errors import KafkaError, NetworkError
 from proto.transport import SecurityConfigError
 
 
@@ -46,11 +47,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         validate_names(args)
         rc: int = args.func(args)
+    except NetworkError as e:
+        print(f"error: {e.message}", file=sys.stderr)  # "cannot reach HOST:PORT: connection refused"
+        return 1
     except (KafkaError, ClusterError, CertError, SecurityConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except grpc.RpcError as e:
-        print(f"error: cannot reach the broker: {e.code().name}", file=sys.stderr)
+        reason = unreachable_reason(e.code().name, e.details() or "") if hasattr(e, "details") else str(e)
+        print(f"error: cannot reach the broker: {reason}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

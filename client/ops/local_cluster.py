@@ -36,6 +36,7 @@ from client.ops.certs import CA_CERT
 from proto.properties import parse_properties
 from proto.scram import MECHANISM, new_credential
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
+from proto.zk_client import ZooKeeperUnreachableError
 
 ZK_JAR = Path("/usr/share/java/zookeeper.jar")
 SECRETS_DIR = "secrets"
@@ -91,6 +92,16 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def last_error_line(log: str | Path) -> str:
+    """A failed process's own ``error: ...`` line (the last one in its log), else its last line."""
+    try:
+        lines = [ln.strip() for ln in Path(log).read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    errs = [ln for ln in lines if ln.startswith("error:")]
+    return (errs or lines or ["empty log"])[-1]
 
 
 def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
@@ -348,31 +359,49 @@ class LocalCluster:
             old = ClusterState.load(self.dir)
             if any(pid_alive(b.pid) for b in old.brokers.values()) or pid_alive(old.zookeeper_pid):
                 raise ClusterError(f"a cluster is already running in {self.dir}; `minikafka cluster down` first")
-        if self.external_zk:
-            connect = self.external_zk
-            zk_pid = -1
-        else:
-            self.zk = ZooKeeperServer(self.dir / "zookeeper")
-            self.zk.start()
-            connect, zk_pid = self.zk.connect, self.zk.pid
-        self.state = ClusterState(str(self.dir), connect, zk_pid, str(self.dir / "zookeeper"), secure=secure)
-        ports = free_ports(3 * brokers)
-        hosts = {i: self.broker_netns.get(i, ("", "127.0.0.1"))[1] for i in range(1, brokers + 1)}
-        make_secrets(self.state.secrets, list(hosts), hosts, self.zk_digest)
-        if secure:
-            self._bootstrap_admin(connect)
-        for i in range(1, brokers + 1):
-            netns, host = self.broker_netns.get(i, ("", "127.0.0.1"))
-            self.state.brokers[i] = BrokerProc(i, ports[3 * i - 3], metrics_port=ports[3 * i - 2], host=host,
-                                               netns=netns, internal_port=ports[3 * i - 1])
-            self._write_config(self.state.brokers[i], brokers)
-        self.state.save()
-        for b in self.state.brokers.values():
-            self._spawn(b)
-        self.state.save()
-        self.wait_registered(set(self.state.brokers), timeout_s)
-        self.wait_for_controller(timeout_s)
+        try:
+            if self.external_zk:
+                connect = self.external_zk
+                zk_pid = -1
+            else:
+                self.zk = ZooKeeperServer(self.dir / "zookeeper")
+                self.zk.start()
+                connect, zk_pid = self.zk.connect, self.zk.pid
+            self.state = ClusterState(str(self.dir), connect, zk_pid, str(self.dir / "zookeeper"), secure=secure)
+            ports = free_ports(3 * brokers)
+            hosts = {i: self.broker_netns.get(i, ("", "127.0.0.1"))[1] for i in range(1, brokers + 1)}
+            make_secrets(self.state.secrets, list(hosts), hosts, self.zk_digest)
+            if secure:
+                self._bootstrap_admin(connect)
+            for i in range(1, brokers + 1):
+                netns, host = self.broker_netns.get(i, ("", "127.0.0.1"))
+                self.state.brokers[i] = BrokerProc(i, ports[3 * i - 3], metrics_port=ports[3 * i - 2], host=host,
+                                                   netns=netns, internal_port=ports[3 * i - 1])
+                self._write_config(self.state.brokers[i], brokers)
+            self.state.save()
+            for b in self.state.brokers.values():
+                self._spawn(b)
+            self.state.save()
+            self.wait_registered(set(self.state.brokers), timeout_s)
+            self.wait_for_controller(timeout_s)
+        except BaseException:
+            # Stop whatever this call started, so that a corrected `cluster up` starts cleanly
+            # instead of refusing with "already running" (a half-started cluster is no use).
+            self._stop_started()
+            raise
         return self.state
+
+    def _stop_started(self) -> None:
+        for bid, proc in self._procs.items():
+            stop_pid(proc.pid, proc, timeout_s=5)
+            if self.state is not None and bid in self.state.brokers:
+                self.state.brokers[bid].pid = -1
+        if self.zk is not None:
+            self.zk.stop()
+            if self.state is not None:
+                self.state.zookeeper_pid = -1
+        if self.state is not None and (self.dir / STATE_FILE).exists():
+            self.state.save()
 
     def _bootstrap_admin(self, connect: str) -> None:
         """--secure: the admin super user's SCRAM credential straight into ZooKeeper (as Kafka's
@@ -489,7 +518,7 @@ class LocalCluster:
 
     # ------------------------------------------------------------ observing through ZooKeeper
 
-    def zk_view(self) -> dict[str, Any]:
+    def zk_view(self, connection_timeout_ms: int = 10000) -> dict[str, Any]:
         """Registered brokers, controller id and controller epoch, as ZooKeeper says."""
         import logging
 
@@ -497,7 +526,8 @@ class LocalCluster:
 
         logging.getLogger("kazoo").setLevel(logging.ERROR)
         state = self.state or ClusterState.load(self.dir)
-        zk = KafkaZkClient(state.zookeeper_connect, session_timeout_ms=10000)
+        zk = KafkaZkClient(state.zookeeper_connect, session_timeout_ms=10000,
+                           connection_timeout_ms=connection_timeout_ms)
         zk.start()
         try:
             registered = zk.get_registered_broker_ids()
@@ -512,14 +542,20 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         view: dict[str, Any] = {}
         while time.monotonic() < deadline:
-            view = self.zk_view()
-            if ids <= set(view["registered"]):
-                return
-            for bid in ids:
+            # A broker that exited is the answer already; ZooKeeper need not be asked (or reachable).
+            for bid in sorted(ids):
                 proc = self._procs.get(bid)
                 if proc is not None and proc.poll() is not None:
-                    raise ClusterError(f"broker {bid} exited with {proc.returncode}; see "
-                                       f"{self.broker(bid).log}")
+                    log = self.broker(bid).log
+                    raise ClusterError(f"broker {bid} exited with {proc.returncode}: "
+                                       f"{last_error_line(log).removeprefix('error: ')} "
+                                       f"(see {log})")
+            try:
+                view = self.zk_view(connection_timeout_ms=2000)
+            except ZooKeeperUnreachableError:
+                view = {}
+            if ids <= set(view.get("registered", [])):
+                return
             time.sleep(0.1)
         raise ClusterError(f"brokers {sorted(ids)} did not all register within {timeout_s:.0f}s "
                            f"(registered: {view.get('registered')})")

@@ -1,0 +1,73 @@
+"""What a newcomer trips over (issue 17), through the ``minikafka`` command as they would run it:
+errors in one line, refusals instead of guesses, progress on long commands, stable addresses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from client.ops.local_cluster import ClusterState, free_port, pid_alive
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, stdin: str | None = None, timeout: float = 120,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "client.cli", *args], cwd=ROOT, input=stdin, capture_output=True,
+                          text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def one_line(r: subprocess.CompletedProcess[str]) -> str:
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    return lines[0]
+
+
+# ------------------------------------------------------------------ one line per error
+
+
+def test_unreachable_bootstrap_server_is_one_line() -> None:
+    port = free_port()  # nothing listens there: connection refused
+    for args in (["topics", "--list"], ["produce", "--topic", "t"], ["consume", "--topic", "t", "--timeout-ms", "500"]):
+        r = cli(*args, "--bootstrap-server", f"127.0.0.1:{port}", stdin="x\n")
+        assert r.returncode == 1, (args, r.stderr)
+        assert one_line(r) == f"error: cannot reach 127.0.0.1:{port}: connection refused", args
+
+
+def test_broker_with_zookeeper_unreachable_says_so_in_one_line(tmp_path: Path) -> None:
+    zk = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    r = cli("cluster", "up", "--dir", str(tmp_path / "c"), "--brokers", "1", "--zookeeper", zk,
+            "--set", "zookeeper.connection.timeout.ms=2000")
+    assert r.returncode == 1
+    line = one_line(r)
+    assert f"cannot reach ZooKeeper at {zk} within 2000 ms (zookeeper.connection.timeout.ms)" in line, line
+    assert time.monotonic() - started < 60
+    log = (tmp_path / "c" / "broker-1" / "broker.log").read_text()
+    # No kazoo retry chatter, no traceback: the broker's own error line, once.
+    assert "Connection dropped" not in log and "Traceback" not in log, log
+    assert log.count("error: cannot reach ZooKeeper") == 1, log
+
+
+def test_a_broker_failing_during_cluster_up_stops_everything_and_a_corrected_up_works(tmp_path: Path) -> None:
+    d = tmp_path / "c"
+    r = cli("cluster", "up", "--dir", str(d), "--brokers", "2", "--set", "foo.bar=1")
+    assert r.returncode == 1
+    line = one_line(r)
+    assert "exited with" in line and "unknown broker config 'foo.bar'" in line, line
+    state = ClusterState.load(d)
+    assert not pid_alive(state.zookeeper_pid) and not any(pid_alive(b.pid) for b in state.brokers.values())
+    try:
+        r = cli("cluster", "up", "--dir", str(d), "--brokers", "1")
+        assert r.returncode == 0, r.stderr
+        r = cli("topics", "--list", "--dir", str(d))
+        assert r.returncode == 0, r.stderr
+    finally:
+        cli("cluster", "down", "--dir", str(d))
