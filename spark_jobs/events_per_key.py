@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master", default="local[2]")
     add_connection_args(p)
     args = p.parse_args(argv)
-    job = JobSession("events_per_key", args)
+    job = JobSession("events_per_key", args, read_topics=args.topic)
     spark, bootstrap = job.spark, job.bootstrap
     from pyspark.sql import functions as F  # after the session: pyspark is the spark extra
 

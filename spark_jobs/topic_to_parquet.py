@@ -11,6 +11,7 @@ offset, timestamp, timestampType). Prints the number of rows written and per-par
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    job = JobSession("topic_to_parquet", args)
+    job = JobSession("topic_to_parquet", args, read_topics=args.topic)
     spark, bootstrap = job.spark, job.bootstrap
 
     reader = (spark.read.format("minikafka").option("bootstrap.servers", bootstrap)
@@ -47,10 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     df.write.mode("overwrite").parquet(str(args.out))
     written = spark.read.parquet(str(args.out))
     total = written.count()
-    print(f"wrote {total} rows to {args.out} in {time.monotonic() - started:.1f}s")
-    for r in written.groupBy("topic", "partition").agg({"offset": "min", "*": "count"}).orderBy("topic", "partition") \
-            .collect():
-        print(f"  {r['topic']}-{r['partition']}: {r['count(1)']} rows from offset {r['min(offset)']}")
+    seconds = time.monotonic() - started
+    parts = [{"topic": r["topic"], "partition": r["partition"], "rows": r["count(1)"], "from_offset": r["min(offset)"]}
+             for r in written.groupBy("topic", "partition").agg({"offset": "min", "*": "count"})
+             .orderBy("topic", "partition").collect()]
+    if args.output == "json":  # --output is the summary's format; the Parquet directory is --out
+        print(json.dumps({"rows": total, "out": str(args.out), "seconds": seconds, "partitions": parts}))
+    else:
+        print(f"wrote {total} rows to {args.out} in {seconds:.1f}s")
+        for e in parts:
+            print(f"  {e['topic']}-{e['partition']}: {e['rows']} rows from offset {e['from_offset']}")
     job.close()
     return 0
 

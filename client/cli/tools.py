@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from client.admin import AdminClient, NewTopic
+from client.connection import ClusterView
 from client.consumer import Consumer, CorruptRecordError
 from client.discovery import BOOTSTRAP_ENV, ZOOKEEPER_ENV, local_cluster_dir
 from client.ops.local_cluster import ClusterError, ClusterState
@@ -122,6 +123,51 @@ def validate_names(args: argparse.Namespace) -> None:
 def _acks(value: str) -> int | str:
     """--acks 0 | 1 | all | -1 as the producer takes it."""
     return "all" if value in ("all", "-1") else int(value)
+
+
+def _topic_exists(args: argparse.Namespace, topic: str, allow_auto_create: bool = False) -> bool:
+    """Asks the cluster (a metadata request); with ``allow_auto_create`` a broker with
+    auto.create.topics.enable creates the topic, as the producer's own request would."""
+    view = ClusterView(bootstrap_from_args(args), security=security_from_args(args))
+    try:
+        view.refresh([topic], allow_auto_create=allow_auto_create)
+        return view.topic_errors.get(topic) != errors.UnknownTopicOrPartitionError.code
+    finally:
+        view.close()
+
+
+def require_topic(args: argparse.Namespace, topic: str) -> None:
+    """Reading a topic that does not exist is a mistake to report, not an empty result to wait on."""
+    if not _topic_exists(args, topic):
+        raise errors.UnknownTopicOrPartitionError(
+            f"topic {topic!r} does not exist (list them: minikafka topics --list; create it: "
+            f"minikafka topics --create --topic {topic})")
+
+
+def ensure_topic_for_produce(args: argparse.Namespace, topic: str) -> None:
+    """Producing to a missing topic creates it where the brokers have auto.create.topics.enable
+    (Kafka's default, so a typo makes a topic): say so in one line; where they do not, refuse."""
+    if _topic_exists(args, topic):
+        return
+    if not _topic_exists(args, topic, allow_auto_create=True):
+        raise errors.UnknownTopicOrPartitionError(
+            f"topic {topic!r} does not exist and the brokers do not create topics on use "
+            f"(auto.create.topics.enable=false); create it: minikafka topics --create --topic {topic}")
+    print(f"notice: topic {topic!r} did not exist; the broker created it (auto.create.topics.enable=true, "
+          f"with num.partitions and default.replication.factor)", file=sys.stderr)
+
+
+def clamp_notices(requested: int, plan: dict[TopicPartition, int]) -> list[str]:
+    """kafka-consumer-groups' warnings when --to-offset lies outside a partition's range (it clamps)."""
+    out = []
+    for tp, new in sorted(plan.items()):
+        if new < requested:
+            out.append(f"New offset ({requested}) is higher than latest offset for topic partition "
+                       f"{tp.topic}-{tp.partition}. Value will be set to {new}")
+        elif new > requested:
+            out.append(f"New offset ({requested}) is lower than earliest offset for topic partition "
+                       f"{tp.topic}-{tp.partition}. Value will be set to {new}")
+    return out
 
 
 def add_parsers(sub: Any) -> None:
@@ -276,6 +322,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     acks = _acks(args.acks)
     count = 0
     futures = []
+    ensure_topic_for_produce(args, args.topic)
     with Producer(bootstrap_from_args(args), security=security_from_args(args), acks=acks, enable_idempotence=acks == "all",
                   compression_type=args.compression) as producer:
         for line in sys.stdin:
@@ -302,6 +349,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
                                                                           "timestamp")}
     sep = props.get("key.separator", "\t")
     reset = "earliest" if args.from_beginning else "latest"
+    if args.offset not in (None, "earliest", "latest"):
+        int(args.offset)  # a bad --offset is reported before anything is asked of the cluster
+    require_topic(args, args.topic)
     consumer = Consumer(bootstrap_servers=bootstrap_from_args(args), security=security_from_args(args), group_id=args.group, auto_offset_reset=reset,
                         zookeeper_connect=_zookeeper(args) if args.group else None, enable_auto_commit=True,
                         auto_commit_interval_ms=1000)
@@ -400,6 +450,8 @@ def cmd_groups(args: argparse.Namespace) -> int:
         else:
             raise errors.InvalidRequestError("give --to-earliest, --to-latest, --to-offset or --to-datetime")
         plan = admin.reset_group_offsets(args.group, args.topic, to, value, execute=args.execute)
+        for warning in clamp_notices(value, plan) if to == "offset" and value is not None else []:
+            print(f"warning: {warning}", file=sys.stderr)
         if args.output == "json":
             print(json.dumps([{"topic": tp.topic, "partition": tp.partition, "new_offset": o}
                               for tp, o in sorted(plan.items())], indent=2))
@@ -506,6 +558,7 @@ def cmd_perf_produce(args: argparse.Namespace) -> int:
 
 
 def cmd_perf_consume(args: argparse.Namespace) -> int:
+    require_topic(args, args.topic)
     consumer = Consumer(args.topic, bootstrap_servers=bootstrap_from_args(args), security=security_from_args(args),
                         auto_offset_reset="earliest",
                         max_poll_records=10_000)
@@ -529,4 +582,14 @@ def cmd_perf_consume(args: argparse.Namespace) -> int:
                "messages_per_sec": n / elapsed, "seconds": elapsed}
     _print(args, summary, "data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec\n"
                           f"{summary['mb']:.4f}, {summary['mb_per_sec']:.4f}, {n}, {summary['messages_per_sec']:.4f}")
-    return 0 if n >= args.messages else 1
+    if n < args.messages:
+        # kafka-consumer-perf-test's warning, with what the topic holds: asking for more than exists
+        # is the usual cause.
+        with AdminClient(bootstrap_from_args(args), security=security_from_args(args)) as admin:
+            held = sum(max(0, p.high_watermark - p.log_start_offset)
+                       for d in admin.describe_topics([args.topic]) for p in d.partitions)
+        print(f"error: exiting before consuming the expected number of messages: {n} of {args.messages} "
+              f"consumed, none new for {args.timeout_ms} ms (--timeout-ms); topic {args.topic!r} holds {held} "
+              f"records below its high watermarks", file=sys.stderr)
+        return 1
+    return 0

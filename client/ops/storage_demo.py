@@ -33,9 +33,15 @@ def run_log_demo(args: argparse.Namespace) -> int:
         log.append_as_leader(batch, leader_epoch=0, now_ms=now)
     log.update_high_watermark(log.log_end_offset)
     print(f"appended {log.log_end_offset} records in {len(log.segments)} segments under {log.dir}")
-    data = log.read(0, 1 << 30)
-    records = decode_batches(data)
-    print(f"read back {len(records)} records: first={records[0].value!r} last={records[-1].value!r}")
+    # One read returns at most a segment's worth (as a fetch does): read on until the log end.
+    records: list[Record] = []
+    while (records[-1].offset + 1 if records else 0) < log.log_end_offset:
+        more = decode_batches(log.read(records[-1].offset + 1 if records else 0, 1 << 30))
+        if not more:
+            break
+        records.extend(more)
+    print(f"read back all {len(records)} records from {len(log.segments)} segments: first={records[0].value!r} "
+          f"last={records[-1].value!r}")
     manager.shutdown()
 
     # Crash: tear the last batch in half, then start again without a clean-shutdown marker.

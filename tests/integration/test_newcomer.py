@@ -3,6 +3,7 @@ errors in one line, refusals instead of guesses, progress on long commands, stab
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -71,3 +72,60 @@ def test_a_broker_failing_during_cluster_up_stops_everything_and_a_corrected_up_
         assert r.returncode == 0, r.stderr
     finally:
         cli("cluster", "down", "--dir", str(d))
+
+
+# ------------------------------------------------------------------ refuse instead of guessing
+
+
+def test_refusals_and_notices_instead_of_silent_guesses(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    c = cluster.start(1)
+    common = ["--bootstrap-server", c.state.bootstrap_servers]
+
+    # Producing to a missing topic: created (auto.create.topics.enable defaults to true, as Kafka's),
+    # and the command says so in one line.
+    r = cli("produce", "--topic", "typo", *common, stdin="a\nb\n")
+    assert r.returncode == 0, r.stderr
+    assert "notice: topic 'typo' did not exist; the broker created it" in one_line(r)
+    r = cli("produce", "--topic", "typo", *common, stdin="c\n")  # exists now: no notice
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+    # Consuming a missing topic: an error, not an empty wait.
+    r = cli("consume", "--topic", "missing", "--from-beginning", *common)
+    assert r.returncode == 1 and "topic 'missing' does not exist" in one_line(r)
+    r = cli("topics", "--list", *common)
+    assert "missing" not in r.stdout.split()  # and asking did not create it
+
+    # perf consume asked for more than exists says why.
+    r = cli("perf", "consume", "--topic", "typo", "--messages", "10", "--timeout-ms", "1500", *common)
+    assert r.returncode == 1
+    assert "3 of 10 consumed" in r.stderr and "holds 3 records" in r.stderr, r.stderr
+
+    # Reset beyond the range: clamped with Kafka's warning, per partition.
+    cli("topics", "--create", "--topic", "empty", "--partitions", "1", "--replication-factor", "1", *common)
+    r = cli("groups", "--reset-offsets", "--group", "g", "--topic", "empty", "--to-offset", "5",
+            "--zookeeper", cluster.zk_connect, *common)
+    assert r.returncode == 0, r.stderr
+    assert one_line(r) == ("warning: New offset (5) is higher than latest offset for topic partition empty-0. "
+                           "Value will be set to 0")
+
+    # Reassignment to a broker that does not exist: refused at submission, nothing started.
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "typo", "partition": 0, "replicas": [7]}]}))
+    r = cli("reassign-partitions", "--execute", "--reassignment-json-file", str(plan),
+            "--zookeeper", cluster.zk_connect, *common)
+    assert r.returncode == 1 and "brokers [7] are not live" in one_line(r)
+    assert "Started" not in r.stdout
+
+    # The Spark job on a missing topic: an error before Spark starts, not 0 rows and exit 0.
+    r = subprocess.run([sys.executable, "-m", "spark_jobs.topic_to_parquet", "--topic", "missing",
+                        "--out", str(tmp_path / "out"), *common], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 1 and "topic 'missing' does not exist" in one_line(r)
+    assert not (tmp_path / "out").exists()
+
+
+def test_produce_refused_when_the_brokers_do_not_auto_create(cluster) -> None:  # type: ignore[no-untyped-def]
+    c = cluster.start(1, auto_create_topics_enable="false")
+    r = cli("produce", "--topic", "typo", "--bootstrap-server", c.state.bootstrap_servers, stdin="a\n")
+    assert r.returncode == 1
+    assert "auto.create.topics.enable=false" in one_line(r)
