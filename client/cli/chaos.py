@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from client.admin import AdminClient
+from client.cli.progress import Progress
 from client.connection import ClusterView
 from client.discovery import local_cluster_dir
-from client.ops.chaos import SCENARIOS, Workload, inject
+from client.ops.chaos import SCENARIOS, Outstanding, Workload, heal, inject
 from client.ops.history import check
 from client.ops.local_cluster import ClusterState, LocalCluster, pid_alive
 from client.ops.verify_replicas import verify
@@ -27,16 +31,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--interval", type=float, default=3.0, help="seconds between faults")
     p.add_argument("--rate", type=float, default=300.0, help="writes per second per producer")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--output", choices=["table", "json"], default="table")
+    p.add_argument("--output", choices=["table", "json"], default="table", help="the report's format")
+    p.add_argument("--keep-topic", action="store_true",
+                   help="keep the run's chaos-<time> topic (default: removed at the end)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Create a topic, write to it under faults with a progress line, heal, check the history, and
+    remove the topic. Ctrl-C at any point heals every fault still in place before exiting."""
     rng = random.Random(args.seed)
     cluster = LocalCluster(args.dir)
     state = ClusterState.load(args.dir)
     cluster.state = state
-    view = ClusterView(state.bootstrap_servers, security=state.client_security())
+    security = state.client_security()
+    view = ClusterView(state.bootstrap_servers, security=security)
     topic = f"chaos-{int(time.time())}"
     conn = view.connection(view.bootstrap[0])
     resp = conn.api.CreateTopics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
@@ -44,29 +53,68 @@ def run(args: argparse.Namespace) -> int:
         configs={"min.insync.replicas": "2" if len(state.brokers) >= 3 else "1"})], timeout_ms=30000), timeout=40)
     if resp.topics[0].error_code != pb.ErrorCode.NONE:
         raise errors.for_code(resp.topics[0].error_code)(resp.topics[0].error_message)
-    workload = Workload(state.bootstrap_servers, topic, 2, rate=args.rate, security=state.client_security())
-    workload.start()
+    workload = Workload(state.bootstrap_servers, topic, 2, rate=args.rate, security=security)
     faults: list[str] = []
-    deadline = time.monotonic() + args.duration
-    while time.monotonic() < deadline:
-        time.sleep(min(args.interval, max(0.0, deadline - time.monotonic())))
-        if time.monotonic() >= deadline:
-            break
-        inject(cluster, view, topic, args.scenario, rng, faults)
-    writes = workload.stop()
-    for b in state.brokers:
-        if not pid_alive(cluster.broker(b).pid):
-            cluster.start(b)
-            cluster.wait_registered({b}, 60)
-    report = check(writes, workload.read_all())
-    replicas = verify(view, topic)
-    view.close()
+    outstanding = Outstanding()
+    progress = Progress()
+    started = time.monotonic()
+    try:
+        workload.start()
+        deadline = started + args.duration
+        next_fault = started + args.interval
+        while time.monotonic() < deadline:
+            progress.update(lambda: f"chaos {args.scenario}: {time.monotonic() - started:.0f}/{args.duration:.0f} s, "
+                                    f"{len(faults)} faults, {len(workload.pending)} writes sent")
+            if time.monotonic() >= next_fault:
+                inject(cluster, view, topic, args.scenario, rng, faults, outstanding)
+                next_fault = time.monotonic() + args.interval
+            time.sleep(max(0.0, min(0.2, deadline - time.monotonic())))
+        progress.update(f"chaos {args.scenario}: faults over; reading back {len(workload.pending)} writes "
+                        "and checking the history", force=True)
+        writes = workload.stop()
+        for b in state.brokers:  # a fault interrupted by an error elsewhere: never leave a broker down
+            if not pid_alive(cluster.broker(b).pid):
+                outstanding.stopped.add(b)
+        heal(cluster, outstanding)
+        report = check(writes, workload.read_all())
+        replicas = verify(view, topic)
+    except KeyboardInterrupt:
+        # Heal first, with a second Ctrl-C ignored: exiting with a broker killed or paused is the
+        # one thing this command must never do.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            progress.done()
+            workload.stop_now()
+            healed = heal(cluster, outstanding)
+            removed = _remove_topic(state, topic, args.keep_topic)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        print(f"interrupted: healed every injected fault ({', '.join(healed) or 'none was in place'}); "
+              f"{removed}", file=sys.stderr)
+        return 130
+    finally:
+        view.close()
+    progress.done()
+    removed = _remove_topic(state, topic, args.keep_topic)
     result = {"scenario": args.scenario, "duration_s": args.duration, "faults": faults, "writes": report.writes,
-              "anomalies": report.anomalies, "replicas_identical": all(e["status"] == "OK" for e in replicas)}
+              "anomalies": report.anomalies, "replicas_identical": all(e["status"] == "OK" for e in replicas),
+              "topic": topic, "topic_kept": args.keep_topic}
     if args.output == "json":
         print(json.dumps(result, indent=2))
     else:
         print(f"scenario {args.scenario}: {len(faults)} faults injected ({', '.join(faults) or 'none'})")
         print(report.summary())
         print("replicas identical below the HW: " + ("yes" if result["replicas_identical"] else "NO"))
+        print(removed)
     return 0 if report.valid and result["replicas_identical"] else 1
+
+
+def _remove_topic(state: ClusterState, topic: str, keep: bool) -> str:
+    if keep:
+        return f"kept topic {topic} (--keep-topic)"
+    try:
+        with AdminClient(state.bootstrap_servers, security=state.client_security()) as admin:
+            admin.delete_topics([topic])
+    except errors.KafkaError as e:
+        return f"could not remove topic {topic}: {e}"
+    return f"removed topic {topic} (--keep-topic keeps it)"

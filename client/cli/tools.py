@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from client.admin import AdminClient, NewTopic
+from client.cli.progress import Progress
 from client.connection import ClusterView
 from client.consumer import Consumer, CorruptRecordError
 from client.discovery import BOOTSTRAP_ENV, ZOOKEEPER_ENV, local_cluster_dir
@@ -514,12 +515,18 @@ def cmd_perf_produce(args: argparse.Namespace) -> int:
     acks = _acks(args.acks)
     value = b"x" * args.record_size
     latencies: list[float] = []
-    interactive = sys.stderr.isatty() and args.output != "json"
+    progress = Progress()
     with Producer(bootstrap_from_args(args), security=security_from_args(args), acks=acks, enable_idempotence=acks == "all", batch_size=args.batch_size,
                   linger_ms=args.linger_ms, buffer_memory=1_000_000) as producer:
         perf = time.perf_counter
         start = perf()
-        last_report = start
+        window: list[float] = []  # latencies since the last report, as Kafka's periodic line
+
+        def report(sent: int) -> str:
+            now_lat = sorted(x * 1000 for x in latencies[len(window):]) or [0.0]
+            window[:] = latencies[:]
+            return (f"{sent} records sent, {sent / max(1e-9, perf() - start):,.1f} records/sec, "
+                    f"{sum(now_lat) / len(now_lat):.1f} ms avg latency, {now_lat[-1]:.1f} ms max latency")
 
         def record_latency(t0: float) -> Any:
             return lambda _f: latencies.append(perf() - t0)
@@ -532,14 +539,11 @@ def cmd_perf_produce(args: argparse.Namespace) -> int:
                 ahead = (i + 1) / args.throughput - (perf() - start)
                 if ahead > 0:
                     time.sleep(ahead)
-            if interactive and perf() - last_report >= 1:
-                last_report = perf()
-                sys.stderr.write(f"\r{i + 1} records sent, {(i + 1) / (last_report - start):,.0f} records/sec")
-                sys.stderr.flush()
+            if progress.due():
+                progress.update(report(i + 1))
         producer.flush()
         elapsed = perf() - start
-    if interactive:
-        sys.stderr.write("\n")
+    progress.done()
     lat = sorted(x * 1000 for x in latencies) or [0.0]
 
     def pct(q: float) -> float:
@@ -565,9 +569,14 @@ def cmd_perf_consume(args: argparse.Namespace) -> int:
     n = nbytes = 0
     start = time.perf_counter()
     last = start
+    progress = Progress()
     try:
         while n < args.messages:
             records = consumer.poll(timeout_ms=500)
+            if progress.due():
+                progress.update(f"{n} of {args.messages} messages consumed, "
+                                f"{n / max(1e-9, time.perf_counter() - start):,.0f} msg/s, "
+                                f"{nbytes / (1024 * 1024):.1f} MB")
             if not records:
                 if time.perf_counter() - last > args.timeout_ms / 1000.0:
                     break
@@ -577,6 +586,7 @@ def cmd_perf_consume(args: argparse.Namespace) -> int:
             nbytes += sum(len(r.value or b"") for r in records)
     finally:
         consumer.close()
+        progress.done()
     elapsed = max(1e-9, time.perf_counter() - start)
     summary = {"messages": n, "mb": nbytes / (1024 * 1024), "mb_per_sec": nbytes / (1024 * 1024) / elapsed,
                "messages_per_sec": n / elapsed, "seconds": elapsed}

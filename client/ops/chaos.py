@@ -14,7 +14,7 @@ import time
 from client.connection import ClusterView
 from client.consumer import Consumer
 from client.ops.history import FAIL, OK, UNKNOWN, Read, Write
-from client.ops.local_cluster import LocalCluster
+from client.ops.local_cluster import LocalCluster, pid_alive
 from client.producer import Producer
 from client.structs import TopicPartition
 from proto import errors
@@ -91,6 +91,12 @@ class Workload:
                 writes.append(Write(name, partition, value, UNKNOWN))
         return writes
 
+    def stop_now(self) -> None:
+        """Stop writing without waiting for outstanding writes (an interrupted run)."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+
     def read_all(self) -> list[Read]:
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         out: list[Read] = []
@@ -121,9 +127,39 @@ def _leader(view: ClusterView, topic: str, partition: int) -> int:
     return pl.leader if pl else -1
 
 
+class Outstanding:
+    """Faults injected and not yet healed: what Ctrl-C must undo before the command exits."""
+
+    def __init__(self) -> None:
+        self.paused: set[int] = set()
+        self.stopped: set[int] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.paused or self.stopped)
+
+
+def heal(cluster: LocalCluster, outstanding: Outstanding, timeout_s: float = 60.0) -> list[str]:
+    """Resume paused brokers and start stopped ones; what was done, one phrase each."""
+    done = []
+    for b in sorted(outstanding.paused):
+        if pid_alive(cluster.broker(b).pid):
+            cluster.signal(b, "CONT")
+            done.append(f"resumed broker {b}")
+        outstanding.paused.discard(b)
+    for b in sorted(outstanding.stopped):
+        if not pid_alive(cluster.broker(b).pid):
+            cluster.start(b)
+            cluster.wait_registered({b}, timeout_s)
+            done.append(f"restarted broker {b}")
+        outstanding.stopped.discard(b)
+    return done
+
+
 def inject(cluster: LocalCluster, view: ClusterView, topic: str, scenario: str, rng: random.Random,
-            faults: list[str]) -> None:
-    """One fault, then its healing; bounded waits only."""
+           faults: list[str], outstanding: Outstanding | None = None) -> None:
+    """One fault, then its healing; bounded waits only. ``outstanding`` holds the fault while it
+    lasts, so an interrupted run knows what to heal."""
+    out = outstanding if outstanding is not None else Outstanding()
     status = cluster.status()
     ids = [b["id"] for b in status["brokers"]]
     if scenario == "soak":
@@ -138,19 +174,25 @@ def inject(cluster: LocalCluster, view: ClusterView, topic: str, scenario: str, 
         return
     if scenario == "rolling-restart":
         for b in ids:
+            out.stopped.add(b)
             cluster.signal(b, "TERM")
             cluster.wait_for_exit(b, 30)
             cluster.start(b)
             cluster.wait_registered({b}, 60)
+            out.stopped.discard(b)
         faults.append("rolling-restart")
         return
     if scenario == "follower-pause":
+        out.paused.add(victim)
         cluster.signal(victim, "STOP")
         time.sleep(2.0)  # shorter than the local cluster's session (6 s): the broker stays registered
         cluster.signal(victim, "CONT")
+        out.paused.discard(victim)
     else:
+        out.stopped.add(victim)
         cluster.signal(victim, "KILL")
         time.sleep(1.0)
         cluster.start(victim)
         cluster.wait_registered({victim}, 60)
+        out.stopped.discard(victim)
     faults.append(f"{scenario}:{victim}")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 
 from client.ops.local_cluster import ClusterState, free_port, pid_alive
 
@@ -129,3 +131,48 @@ def test_produce_refused_when_the_brokers_do_not_auto_create(cluster) -> None:  
     r = cli("produce", "--topic", "typo", "--bootstrap-server", c.state.bootstrap_servers, stdin="a\n")
     assert r.returncode == 1
     assert "auto.create.topics.enable=false" in one_line(r)
+
+
+# ------------------------------------------------------------------ progress and safety
+
+
+def test_ctrl_c_in_chaos_heals_every_fault_and_removes_the_topic(cluster) -> None:  # type: ignore[no-untyped-def]
+    c = cluster.start(3)
+    state = c.state
+    proc = subprocess.Popen([sys.executable, "-m", "client.cli", "chaos", "--dir", str(state.dir),
+                             "--scenario", "follower-pause", "--duration", "120", "--interval", "0.5"],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        def paused() -> int | None:  # a broker stopped by SIGSTOP (state T in /proc)
+            for b in ClusterState.load(Path(state.dir)).brokers.values():
+                try:
+                    if Path(f"/proc/{b.pid}/stat").read_text().split(")")[-1].split()[0] == "T":
+                        return b.broker_id
+                except OSError:
+                    pass
+            return None
+
+        wait_for(paused, timeout_s=60, interval_s=0.02, what="chaos to pause a broker")
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted: healed every injected fault (resumed broker" in err, err
+    assert "removed topic chaos-" in err, err
+    assert paused() is None
+    assert all(pid_alive(b.pid) for b in ClusterState.load(Path(state.dir)).brokers.values())
+    r = cli("topics", "--list", "--bootstrap-server", state.bootstrap_servers)
+    assert not [t for t in r.stdout.split() if t.startswith("chaos-")], r.stdout
+
+
+def test_perf_produce_prints_a_periodic_line_off_a_terminal(cluster) -> None:  # type: ignore[no-untyped-def]
+    c = cluster.start(1)
+    r = cli("perf", "produce", "--topic", "perf", "--num-records", "6000", "--throughput", "1000",
+            "--bootstrap-server", c.state.bootstrap_servers)
+    assert r.returncode == 0, r.stderr
+    periodic = [ln for ln in r.stderr.splitlines() if "records sent" in ln and "records/sec" in ln]
+    assert periodic, r.stderr  # ~6 s at 1000/s: at least the 5 s line, as kafka-producer-perf-test
+    assert "6000 records sent" in r.stdout
