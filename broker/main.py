@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--config", type=Path, help="a Kafka-style server.properties file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config (repeatable), e.g. --set broker.id=1")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     p.add_argument("--log-format", choices=["text", "json"], default="text",
                    help="json: one JSON object per line, with broker id and event fields")
     p.set_defaults(func=run)

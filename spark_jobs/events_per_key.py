@@ -22,19 +22,23 @@ from client.cli.tools import add_connection_args
 from spark_jobs.job_session import JobSession
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spark_jobs.events_per_key", description=__doc__.splitlines()[0])
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", required=True, help="topic (or comma-separated topics) to read")
     p.add_argument("--window", default="1 minute", help="window length (Spark interval), default '1 minute'")
-    p.add_argument("--starting-offsets", default="earliest")
-    p.add_argument("--max-offsets-per-trigger", type=int, default=100_000)
+    p.add_argument("--starting-offsets", default="earliest", help="earliest, latest or Spark's per-partition JSON")
+    p.add_argument("--max-offsets-per-trigger", type=int, default=100_000, help="records per micro-batch at most")
     p.add_argument("--available-now", action="store_true", help="read what is there now, then stop")
     p.add_argument("--trigger-seconds", type=float, default=5.0, help="micro-batch interval when running on")
     p.add_argument("--checkpoint", default=None, help="checkpoint directory (default: a temporary one)")
     p.add_argument("--out-topic", default=None, help="write counts to this topic instead of the console")
-    p.add_argument("--master", default="local[2]")
+    p.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
     add_connection_args(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     job = JobSession("events_per_key", args, read_topics=args.topic)
     spark, bootstrap = job.spark, job.bootstrap
     from pyspark.sql import functions as F  # after the session: pyspark is the spark extra

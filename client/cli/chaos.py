@@ -25,12 +25,12 @@ from proto import minikafka_pb2 as pb
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("chaos", help="inject faults into the local cluster under load and check the history")
-    p.add_argument("--dir", type=Path, default=local_cluster_dir())
-    p.add_argument("--scenario", choices=SCENARIOS, default="soak")
+    p.add_argument("--dir", type=Path, default=local_cluster_dir(), help="local cluster directory (default .minikafka)")
+    p.add_argument("--scenario", choices=SCENARIOS, default="soak", help="which fault (default soak: a random mix)")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of faults")
     p.add_argument("--interval", type=float, default=3.0, help="seconds between faults")
     p.add_argument("--rate", type=float, default=300.0, help="writes per second per producer")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None, help="random seed, to repeat a run's choices")
     p.add_argument("--output", choices=["table", "json"], default="table", help="the report's format")
     p.add_argument("--keep-topic", action="store_true",
                    help="keep the run's chaos-<time> topic (default: removed at the end)")

@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> None:
 
     up = csub.add_parser("up", help="start ZooKeeper and N brokers, wait for a controller")
     common(up)
-    up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
     up.add_argument("--zookeeper", default=None, metavar="HOST:PORT", help="use a running ZooKeeper")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker config override")
     up.add_argument("--secure", action="store_true",
@@ -36,7 +36,7 @@ def add_parser(sub: Any) -> None:
 
     st = csub.add_parser("status", help="brokers, pids, liveness, controller")
     common(st)
-    st.add_argument("--output", choices=["table", "json"], default="table")
+    st.add_argument("--output", choices=["table", "json"], default="table", help="table (default) or json")
     st.set_defaults(func=_cmd_status)
 
     down = csub.add_parser("down", help="stop every broker (controlled) and ZooKeeper")
@@ -46,13 +46,14 @@ def add_parser(sub: Any) -> None:
 
     kill = csub.add_parser("kill", help="send a signal to one broker")
     common(kill)
-    kill.add_argument("id", type=int)
-    kill.add_argument("--signal", default="KILL", choices=sorted(SIGNALS))
+    kill.add_argument("id", type=int, help="broker id")
+    kill.add_argument("--signal", default="KILL", choices=sorted(SIGNALS),
+                      help="KILL (default: a crash), TERM (controlled shutdown), STOP (pause) or CONT (resume)")
     kill.set_defaults(func=_cmd_kill)
 
     start = csub.add_parser("start", help="start one (stopped) broker again")
     common(start)
-    start.add_argument("id", type=int)
+    start.add_argument("id", type=int, help="broker id")
     start.set_defaults(func=_cmd_start)
 
 

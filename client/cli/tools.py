@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from client.admin import AdminClient, NewTopic
+from client.cli import reassignment
 from client.cli.progress import Progress
 from client.connection import ClusterView
 from client.consumer import Consumer, CorruptRecordError
@@ -40,7 +41,8 @@ def add_connection_args(p: argparse.ArgumentParser, zookeeper: bool = False) -> 
     p.add_argument("--dir", type=Path, default=None,
                    help="local cluster directory (default: $MINIKAFKA_DIR or .minikafka); --bootstrap-server, "
                         "then --dir, then $MINIKAFKA_BOOTSTRAP, then ./.minikafka decide where the cluster is")
-    p.add_argument("--output", choices=["table", "json"], default="table")
+    p.add_argument("--output", choices=["table", "json"], default="table",
+                   help="table (default) or json, for scripts")
     p.add_argument("--command-config", type=Path, default=None, metavar="FILE",
                    help="client properties (security.protocol, ssl.truststore.location, sasl.username, ...), "
                         "as Kafka's tools take them; default: the local cluster's own when it is --secure")
@@ -158,6 +160,18 @@ def ensure_topic_for_produce(args: argparse.Namespace, topic: str) -> None:
           f"with num.partitions and default.replication.factor)", file=sys.stderr)
 
 
+def leader_label(leader: int, live: set[int], high_watermark: int) -> str:
+    """``Leader:`` in --describe: a leader whose broker is gone (or, until its ZooKeeper session
+    expires, does not answer) is marked, rather than shown as if it served the partition."""
+    if leader < 0:
+        return "none"
+    if leader not in live:
+        return f"{leader} (not live)"
+    if high_watermark < 0:
+        return f"{leader} (not answering)"
+    return str(leader)
+
+
 def clamp_notices(requested: int, plan: dict[TopicPartition, int]) -> list[str]:
     """kafka-consumer-groups' warnings when --to-offset lies outside a partition's range (it clamps)."""
     out = []
@@ -175,36 +189,42 @@ def add_parsers(sub: Any) -> None:
     t = sub.add_parser("topics", help="create, list, describe, alter, delete topics (kafka-topics)")
     add_connection_args(t)
     action = t.add_mutually_exclusive_group(required=True)
-    for a in ("create", "list", "describe", "delete", "alter"):
-        action.add_argument(f"--{a}", action="store_true")
-    t.add_argument("--topic")
+    for a, text in (("create", "create a topic"), ("list", "list topic names"),
+                    ("describe", "partitions, leaders (marked when not live), replicas, ISR, high watermarks"),
+                    ("delete", "delete a topic"), ("alter", "change a topic's configs (--config, --delete-config)")):
+        action.add_argument(f"--{a}", action="store_true", help=text)
+    t.add_argument("--topic", help="the topic")
     t.add_argument("--partitions", type=_at_least_one, default=-1,
                    help="number of partitions (default: the broker's num.partitions)")
     t.add_argument("--replication-factor", type=_at_least_one, default=-1,
                    help="replicas per partition (default: the broker's default.replication.factor)")
-    t.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    t.add_argument("--delete-config", action="append", default=[], metavar="KEY")
-    t.add_argument("--if-not-exists", action="store_true")
+    t.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a topic config (repeatable), e.g. retention.ms=60000")
+    t.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                   help="with --alter: remove a topic config override (repeatable)")
+    t.add_argument("--if-not-exists", action="store_true", help="with --create: no error when the topic exists")
     t.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("produce", help="records from stdin, one per line (kafka-console-producer)")
     add_connection_args(p)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=int, default=None)
-    p.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
+    p.add_argument("--topic", required=True, help="the topic to write to")
+    p.add_argument("--partition", type=int, default=None, help="this partition (default: by key, else sticky)")
+    p.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"],
+                   help="replicas that must have a record before it counts (default all)")
     p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                    help="parse.key=true, key.separator=:")
-    p.add_argument("--compression", default=None, choices=["none", "gzip", "zstd"])
+    p.add_argument("--compression", default=None, choices=["none", "gzip", "zstd"], help="batch compression")
     p.set_defaults(func=cmd_produce)
 
     c = sub.add_parser("consume", help="print records (kafka-console-consumer)")
     add_connection_args(c, zookeeper=True)
-    c.add_argument("--topic", required=True)
-    c.add_argument("--group", default=None)
-    c.add_argument("--from-beginning", action="store_true")
-    c.add_argument("--partition", type=int, default=None)
+    c.add_argument("--topic", required=True, help="the topic to read (it must exist)")
+    c.add_argument("--group", default=None, help="consumer group: share partitions, commit offsets")
+    c.add_argument("--from-beginning", action="store_true",
+                   help="start at the earliest offset when there is no committed one (default: latest)")
+    c.add_argument("--partition", type=int, default=None, help="read only this partition (no group)")
     c.add_argument("--offset", default=None, help="earliest, latest or a number (with --partition)")
-    c.add_argument("--max-messages", type=int, default=None)
+    c.add_argument("--max-messages", type=int, default=None, help="exit after this many records")
     c.add_argument("--timeout-ms", type=int, default=None, help="exit after this long without records")
     c.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                    help="print.key=true, print.offset=true, print.partition=true, print.timestamp=true, "
@@ -214,31 +234,43 @@ def add_parsers(sub: Any) -> None:
     g = sub.add_parser("groups", help="list, describe, reset consumer groups (kafka-consumer-groups)")
     add_connection_args(g, zookeeper=True)
     gaction = g.add_mutually_exclusive_group(required=True)
-    for a in ("list", "describe", "reset-offsets"):
-        gaction.add_argument(f"--{a}", action="store_true")
-    g.add_argument("--group")
-    g.add_argument("--topic")
+    for a, text in (("list", "list group ids"), ("describe", "a group's offsets, lag and owners"),
+                    ("reset-offsets", "move a group's committed offsets (dry run without --execute)")):
+        gaction.add_argument(f"--{a}", action="store_true", help=text)
+    g.add_argument("--group", help="the consumer group id")
+    g.add_argument("--topic", help="with --reset-offsets: the topic whose offsets move")
     target = g.add_mutually_exclusive_group()
-    target.add_argument("--to-earliest", action="store_true")
-    target.add_argument("--to-latest", action="store_true")
-    target.add_argument("--to-offset", type=int)
-    target.add_argument("--to-datetime", type=int, metavar="EPOCH_MS")
+    target.add_argument("--to-earliest", action="store_true", help="to each partition's log start offset")
+    target.add_argument("--to-latest", action="store_true", help="to each partition's high watermark")
+    target.add_argument("--to-offset", type=int,
+                        help="to this offset (clamped into each partition's range, with a warning)")
+    target.add_argument("--to-datetime", type=int, metavar="EPOCH_MS",
+                        help="to the first offset at or after this time (ms since the epoch)")
     g.add_argument("--execute", action="store_true", help="apply the reset (default: dry run)")
     g.set_defaults(func=cmd_groups)
 
     le = sub.add_parser("leader-election", help="preferred replica election (kafka-leader-election)")
     add_connection_args(le, zookeeper=True)
-    le.add_argument("--topic")
-    le.add_argument("--partition", type=int, default=None)
-    le.add_argument("--all-topic-partitions", action="store_true")
+    le.add_argument("--topic", help="elect for this topic's partitions")
+    le.add_argument("--partition", type=int, default=None, help="with --topic: only this partition")
+    le.add_argument("--all-topic-partitions", action="store_true", help="elect for every partition")
     le.set_defaults(func=cmd_leader_election)
 
     ra = sub.add_parser("reassign-partitions", help="move replicas (kafka-reassign-partitions)")
     add_connection_args(ra, zookeeper=True)
     ra_action = ra.add_mutually_exclusive_group(required=True)
-    ra_action.add_argument("--execute", action="store_true")
-    ra_action.add_argument("--verify", action="store_true")
-    ra.add_argument("--reassignment-json-file", type=Path)
+    ra_action.add_argument("--generate", action="store_true",
+                           help="propose a reassignment of --topics-to-move-json-file onto --broker-list")
+    ra_action.add_argument("--execute", action="store_true",
+                           help="start the reassignment in --reassignment-json-file (refused for brokers not live)")
+    ra_action.add_argument("--verify", action="store_true", help="whether a reassignment is still in progress")
+    ra.add_argument("--reassignment-json-file", type=Path,
+                    help='{"version":1,"partitions":[{"topic":T,"partition":P,"replicas":[ids]}]}; see '
+                         "docs/reassignment.md")
+    ra.add_argument("--topics-to-move-json-file", type=Path,
+                    help='with --generate: {"version":1,"topics":[{"topic":T},...]}')
+    ra.add_argument("--broker-list", default=None, metavar="ID,ID,...",
+                    help="with --generate: the brokers to spread the replicas over")
     ra.set_defaults(func=cmd_reassign)
 
     perf = sub.add_parser("perf", help="producer and consumer performance tests")
@@ -246,19 +278,20 @@ def add_parsers(sub: Any) -> None:
     psub.required = True
     pp = psub.add_parser("produce", help="kafka-producer-perf-test")
     add_connection_args(pp)
-    pp.add_argument("--topic", required=True)
-    pp.add_argument("--num-records", type=int, required=True)
-    pp.add_argument("--record-size", type=int, default=100)
+    pp.add_argument("--topic", required=True, help="the topic to write to")
+    pp.add_argument("--num-records", type=int, required=True, help="how many records to send")
+    pp.add_argument("--record-size", type=int, default=100, help="bytes per record value (default 100)")
     pp.add_argument("--throughput", type=int, default=-1, help="records/s cap; -1 for none")
-    pp.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
-    pp.add_argument("--batch-size", type=int, default=65536)
-    pp.add_argument("--linger-ms", type=int, default=2)
+    pp.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"], help="as the producer's acks (default all)")
+    pp.add_argument("--batch-size", type=int, default=65536, help="producer batch.size in bytes")
+    pp.add_argument("--linger-ms", type=int, default=2, help="producer linger.ms")
     pp.set_defaults(func=cmd_perf_produce)
     pc = psub.add_parser("consume", help="kafka-consumer-perf-test")
     add_connection_args(pc)
-    pc.add_argument("--topic", required=True)
-    pc.add_argument("--messages", type=int, required=True)
-    pc.add_argument("--timeout-ms", type=int, default=30000)
+    pc.add_argument("--topic", required=True, help="the topic to read (it must exist)")
+    pc.add_argument("--messages", type=int, required=True, help="how many records to consume")
+    pc.add_argument("--timeout-ms", type=int, default=30000,
+                    help="give up after this long without new records (default 30000)")
     pc.set_defaults(func=cmd_perf_consume)
 
 
@@ -293,9 +326,11 @@ def cmd_topics(args: argparse.Namespace) -> int:
             _print(args, {"altered": args.topic}, f"Updated config for topic {args.topic}.")
         else:
             descs = admin.describe_topics([args.topic])
+            live = set(admin.view.brokers)
             if args.output == "json":
                 print(json.dumps([{"topic": d.name, "configs": d.configs, "partitions": [
                     {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                     "leader_live": p.leader in live and p.high_watermark >= 0,
                      "replicas": list(p.replicas), "isr": list(p.isr), "offline": list(p.offline_replicas),
                      "high_watermark": p.high_watermark, "log_start_offset": p.log_start_offset}
                     for p in d.partitions]} for d in descs], indent=2))
@@ -306,10 +341,10 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 print(f"Topic: {d.name}\tPartitionCount: {len(d.partitions)}\tReplicationFactor: {rf}\t"
                       f"Configs: {cfg}")
                 for p in d.partitions:
-                    print(f"\tTopic: {d.name}\tPartition: {p.partition}\tLeader: "
-                          f"{p.leader if p.leader >= 0 else 'none'}\tLeaderEpoch: {p.leader_epoch}\t"
+                    print(f"\tTopic: {d.name}\tPartition: {p.partition}\tLeader: {leader_label(p.leader, live, p.high_watermark)}"
+                          f"\tLeaderEpoch: {p.leader_epoch}\t"
                           f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
-                          f"HighWatermark: {p.high_watermark}")
+                          f"HighWatermark: {p.high_watermark if p.high_watermark >= 0 else 'unknown'}")
     return 0
 
 
@@ -488,21 +523,45 @@ def cmd_leader_election(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read(path: Path | None, flag: str) -> str:
+    if path is None:
+        raise errors.InvalidRequestError(f"{flag} is required here")
+    try:
+        return path.read_text()
+    except OSError as e:
+        raise errors.InvalidRequestError(f"cannot read {path}: {e.strerror}") from None
+
+
 def cmd_reassign(args: argparse.Namespace) -> int:
+    """kafka-reassign-partitions: --generate proposes, --execute submits, --verify reports."""
     with AdminClient(bootstrap_from_args(args), zookeeper_connect=_zookeeper(args),
                      security=security_from_args(args)) as admin:
         if args.verify:
             busy = admin.reassignment_in_progress()
             _print(args, {"in_progress": busy}, "Reassignment in progress." if busy else "Reassignment complete.")
             return 0
-        if args.reassignment_json_file is None:
-            raise errors.InvalidRequestError("--reassignment-json-file is required with --execute")
-        try:
-            plan = json.loads(args.reassignment_json_file.read_text())
-            mapping = {TopicPartition(str(e["topic"]), int(e["partition"])): [int(b) for b in e["replicas"]]
-                       for e in plan["partitions"]}
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise errors.InvalidRequestError(f"cannot read the reassignment file: {e}") from None
+        if args.generate:
+            topics = reassignment.parse_topics_to_move(_read(args.topics_to_move_json_file,
+                                                             "--topics-to-move-json-file"))
+            brokers = reassignment.parse_broker_list(args.broker_list)
+            admin.view.refresh()
+            unknown = sorted(set(brokers) - set(admin.view.brokers))
+            if unknown:
+                raise errors.InvalidRequestError(f"--broker-list: brokers {unknown} are not live "
+                                                 f"(live: {sorted(admin.view.brokers)})")
+            current = {}
+            for d in admin.describe_topics(topics):
+                current.update({TopicPartition(d.name, p.partition): list(p.replicas) for p in d.partitions})
+            proposed = reassignment.propose(current, brokers)
+            if args.output == "json":
+                print(json.dumps({"current": json.loads(reassignment.format_reassignment(current)),
+                                  "proposed": json.loads(reassignment.format_reassignment(proposed))}))
+            else:
+                print("Current partition replica assignment\n" + reassignment.format_reassignment(current)
+                      + "\n\nProposed partition reassignment configuration\n"
+                      + reassignment.format_reassignment(proposed))
+            return 0
+        mapping = reassignment.parse_reassignment(_read(args.reassignment_json_file, "--reassignment-json-file"))
         admin.reassign_partitions(mapping)
         _print(args, {"started": len(mapping)}, f"Started the reassignment of {len(mapping)} partitions.")
     return 0

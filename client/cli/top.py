@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -33,14 +34,14 @@ BAR = 28
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("top", help="live view of partitions, replicas' LEO/HW, ISR, lag and events")
-    p.add_argument("--bootstrap-server", default=None)
+    p.add_argument("--bootstrap-server", default=None, help="host:port[,host:port] (default: the local cluster)")
     p.add_argument("--zookeeper", default=None, help="for consumer-group lag (default: the local cluster's)")
-    p.add_argument("--dir", type=Path, default=local_cluster_dir())
+    p.add_argument("--dir", type=Path, default=local_cluster_dir(), help="local cluster directory (default .minikafka)")
     p.add_argument("--topic", action="append", default=[], help="only these topics (repeatable)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     p.add_argument("--events", type=int, default=8, help="recent events to show")
     p.add_argument("--once", action="store_true", help="print one snapshot and exit")
-    p.add_argument("--output", choices=["table", "json"], default="table")
+    p.add_argument("--output", choices=["table", "json"], default="table", help="table (default) or json")
     p.set_defaults(func=run)
 
 
@@ -106,14 +107,20 @@ def snapshot(view: ClusterView, topics: list[str], max_events: int, zookeeper: s
 def _bar(value: int, scale: int) -> str:
     if value < 0:
         return " " * BAR
-    filled = BAR if scale <= 0 else min(BAR, round(BAR * value / scale))
+    # An empty partition (scale 0) is drawn empty, not full.
+    filled = 0 if scale <= 0 else min(BAR, round(BAR * value / scale))
     return "█" * filled + "·" * (BAR - filled)
 
 
-def render(snap: dict[str, Any]) -> str:
-    lines = [f"minikafka top — controller {snap['controller']} (epoch {snap['controller_epoch']})   brokers: "
+def render(snap: dict[str, Any], rows: int | None = None, cols: int | None = None) -> str:
+    """The screen; with ``rows``/``cols`` (a terminal's size) it fits: the header stays on top,
+    groups and events keep up to half the screen, partitions take the rest and what does not fit
+    is counted in a last line instead of scrolling the header away."""
+    header = [f"minikafka top — controller {snap['controller']} (epoch {snap['controller_epoch']})   brokers: "
              + "  ".join(f"{b['id']}{'' if b['alive'] else ' (DOWN)'}" for b in snap["brokers"]), ""]
+    blocks: list[list[str]] = []
     for p in snap["partitions"]:
+        lines: list[str] = []
         flags = " ".join(f for f, on in (("OFFLINE", p["offline"]), ("UNDER-REPLICATED", p["under_replicated"]))
                          if on)
         lines.append(f"{p['topic']}-{p['partition']}  leader {p['leader']}  epoch {p['leader_epoch']}  "
@@ -125,15 +132,39 @@ def render(snap: dict[str, Any]) -> str:
             lines.append(f"   {r['broker']:>3} {role} LEO {_bar(r['leo'], scale)} {r['leo']:>8}   "
                          f"HW {r['hw']:>8}{state}")
         lines.append("")
+        blocks.append(lines)
+    footer: list[str] = []
     if snap["groups"]:
-        lines.append("consumer groups: " + "  ".join(f"{g['group']} lag {g['lag']}" for g in snap["groups"]))
-        lines.append("")
+        footer.append("consumer groups: " + "  ".join(f"{g['group']} lag {g['lag']}" for g in snap["groups"]))
+        footer.append("")
     if snap["events"]:
-        lines.append("recent events:")
+        footer.append("recent events:")
         for e in snap["events"]:
             ts = time.strftime("%H:%M:%S", time.localtime(e["ts"] / 1000))
-            lines.append(f"  {ts} broker {e['broker']} {e['kind']:<18} {e['detail']}")
-    return "\n".join(lines)
+            footer.append(f"  {ts} broker {e['broker']} {e['kind']:<18} {e['detail']}")
+    return "\n".join(fit(header, blocks, footer, rows, cols))
+
+
+def fit(header: list[str], blocks: list[list[str]], footer: list[str], rows: int | None,
+        cols: int | None) -> list[str]:
+    """Header, whole partition blocks while they fit, a count of the rest, then the footer."""
+    body = [ln for b in blocks for ln in b]
+    if rows is None or len(header) + len(body) + len(footer) <= rows:
+        out = header + body + footer
+    else:
+        footer = footer[:max(0, rows // 2 - len(header))]
+        room = rows - len(header) - len(footer) - 1  # one line says what was left out
+        shown: list[str] = []
+        count = 0
+        for b in blocks:
+            if len(shown) + len(b) > room:
+                break
+            shown += b
+            count += 1
+        rest = len(blocks) - count
+        more = [f"… {rest} more partition{'s' if rest != 1 else ''} (narrow with --topic, or a taller terminal)"]
+        out = header + shown + more + footer
+    return [ln[:cols] for ln in out] if cols else out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,10 +183,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         while True:
             snap = snapshot(view, args.topic, args.events, zookeeper)
-            text = json.dumps(snap, indent=2) if args.output == "json" else render(snap)
             if args.once:
-                print(text)
+                print(json.dumps(snap, indent=2) if args.output == "json" else render(snap))
                 return 0
+            size = shutil.get_terminal_size()
+            text = json.dumps(snap, indent=2) if args.output == "json" else render(snap, size.lines - 1, size.columns)
             sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
             sys.stdout.flush()
             time.sleep(args.interval)

@@ -18,10 +18,10 @@ from proto.transport import PLAINTEXT_SECURITY
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("verify-replicas", help="check that every replica holds the same batches below the HW")
-    p.add_argument("--bootstrap-server", default=None)
-    p.add_argument("--dir", type=Path, default=local_cluster_dir())
-    p.add_argument("--topic", default=None)
-    p.add_argument("--output", choices=["table", "json"], default="table")
+    p.add_argument("--bootstrap-server", default=None, help="host:port[,host:port] (default: the local cluster)")
+    p.add_argument("--dir", type=Path, default=local_cluster_dir(), help="local cluster directory (default .minikafka)")
+    p.add_argument("--topic", default=None, help="only this topic (default: every topic)")
+    p.add_argument("--output", choices=["table", "json"], default="table", help="table (default) or json")
     p.set_defaults(func=run)
 
 

@@ -27,3 +27,12 @@ def test_last_error_line(tmp_path: Path) -> None:
     log.write_text("just a line\nthe last one\n")
     assert last_error_line(log) == "the last one"
     assert last_error_line(tmp_path / "missing.log") == "no log"
+
+
+def test_describe_marks_a_leader_that_is_not_live() -> None:
+    from client.cli.tools import leader_label
+
+    assert leader_label(2, {1, 2, 3}, 10) == "2"
+    assert leader_label(2, {1, 3}, 10) == "2 (not live)"
+    assert leader_label(2, {1, 2, 3}, -1) == "2 (not answering)"  # registered until its session expires
+    assert leader_label(-1, {1, 2}, -1) == "none"
