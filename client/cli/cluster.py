@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from client.discovery import local_cluster_dir
+from client.discovery import BOOTSTRAP_ENV, ZOOKEEPER_ENV, local_cluster_dir
 from client.ops.certs import CA_CERT
 from client.ops.local_cluster import SIGNALS, ZK_DIGEST_FILE, ClusterError, LocalCluster
 
@@ -30,6 +30,9 @@ def add_parser(sub: Any) -> None:
     up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
     up.add_argument("--zookeeper", default=None, metavar="HOST:PORT", help="use a running ZooKeeper")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker config override")
+    up.add_argument("--random-ports", action="store_true",
+                    help="free ports instead of the fixed ones (ZooKeeper 2181, brokers' clients 9092.., "
+                         "inter-broker 9192.., metrics 9292..), which are used when free")
     up.add_argument("--secure", action="store_true",
                     help="clients on TLS + SCRAM (SASL_SSL) with ACLs on and an admin super user")
     up.set_defaults(func=_cmd_up)
@@ -57,6 +60,10 @@ def add_parser(sub: Any) -> None:
     start.set_defaults(func=_cmd_start)
 
 
+def export_line(bootstrap: str, zookeeper: str) -> str:
+    return f"export {BOOTSTRAP_ENV}={bootstrap} {ZOOKEEPER_ENV}={zookeeper}"
+
+
 def _run(fn: Any) -> int:
     try:
         fn()
@@ -79,14 +86,18 @@ def _cmd_up(args: argparse.Namespace) -> int:
         overrides[k] = v
 
     def go() -> None:
-        cluster = LocalCluster(args.dir, zookeeper=args.zookeeper, broker_overrides=overrides)
+        cluster = LocalCluster(args.dir, zookeeper=args.zookeeper, broker_overrides=overrides,
+                               fixed_ports=not args.random_ports)
         state = cluster.up(args.brokers, secure=args.secure)
+        for notice in cluster.notices:
+            print(f"notice: {notice}", file=sys.stderr)
         view = cluster.zk_view()
         print(f"ZooKeeper: {state.zookeeper_connect}")
         for _, b in sorted(state.brokers.items()):
             print(f"broker {b.broker_id}: {b.address} (pid {b.pid}, metrics {b.metrics_address}, log {b.log})")
         print(f"controller: broker {view['controller']} (controller epoch {view['controller_epoch']})")
         print(f"bootstrap servers: {state.bootstrap_servers}")
+        print(export_line(state.bootstrap_servers, state.zookeeper_connect))
         print(f"inter-broker plane: mutual TLS (CA {state.secrets / CA_CERT}); ZooKeeper writes need the "
               f"digest in {state.secrets / ZK_DIGEST_FILE}")
         if state.secure:
@@ -111,6 +122,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
             role = "controller" if b["id"] == s["controller"] else ""
             print(f"{b['id']:>3}  {b['address']:<22} {b['pid']:>8}  {str(b['alive']).lower():<6} "
                   f"{str(b['registered']).lower():<10} {role}")
+        # For clients in other shells and directories (the library, the CLI and Spark honour them).
+        print(export_line(s["bootstrap_servers"], s["zookeeper"]["connect"]))
 
     return _run(go)
 

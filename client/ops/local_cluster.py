@@ -71,6 +71,33 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
+# The documented addresses of `minikafka cluster up` (Kafka's customary ones): ZooKeeper on 2181,
+# broker N's client listener on 9092 + N - 1, its inter-broker (mutual TLS) listener on
+# 9192 + N - 1 and its Prometheus metrics on 9292 + N - 1. Saved addresses keep working across
+# restarts; when any of them is taken (another cluster, another program) the cluster takes free
+# ports instead and says so, and `--random-ports` (the tests) always does.
+ZOOKEEPER_PORT = 2181
+CLIENT_PORT_BASE = 9092
+INTERNAL_PORT_BASE = 9192
+METRICS_PORT_BASE = 9292
+
+
+def fixed_ports(brokers: int) -> dict[str, list[int]]:
+    """The documented ports for ``brokers`` brokers, per series (pure)."""
+    return {"client": [CLIENT_PORT_BASE + i for i in range(brokers)],
+            "internal": [INTERNAL_PORT_BASE + i for i in range(brokers)],
+            "metrics": [METRICS_PORT_BASE + i for i in range(brokers)]}
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
@@ -338,8 +365,10 @@ class LocalCluster:
     def __init__(self, directory: Path, *, zookeeper: str | None = None,
                  broker_overrides: dict[str, str] | None = None,
                  broker_netns: dict[int, tuple[str, str]] | None = None,
-                 zk_digest: tuple[str, str] | None = None) -> None:
-        """``broker_netns``: broker id -> (network namespace, address in it) for brokers that run in
+                 zk_digest: tuple[str, str] | None = None, fixed_ports: bool = False) -> None:
+        """``fixed_ports``: the documented ports (ZooKeeper 2181, brokers from 9092) where free;
+        else (the tests) free ports. ``notices`` says when fixed ports were taken.
+        ``broker_netns``: broker id -> (network namespace, address in it) for brokers that run in
         namespaces of their own (tests/chaos' network partition); others listen on 127.0.0.1.
         ``zk_digest``: the ZooKeeper credential brokers use (default: a new random one)."""
         self.zk_digest = zk_digest
@@ -350,6 +379,29 @@ class LocalCluster:
         self.zk: ZooKeeperServer | None = None
         self.state: ClusterState | None = None
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.fixed_ports = fixed_ports
+        self.notices: list[str] = []
+
+    def _zookeeper_port(self) -> int | None:
+        if not self.fixed_ports:
+            return None
+        if port_free(ZOOKEEPER_PORT):
+            return ZOOKEEPER_PORT
+        self.notices.append(f"port {ZOOKEEPER_PORT} is taken: ZooKeeper takes a free port instead")
+        return None
+
+    def _broker_ports(self, brokers: int) -> list[int]:
+        """client, metrics, internal port per broker, in that order (as free_ports gave them)."""
+        if self.fixed_ports and not self.broker_netns:
+            want = fixed_ports(brokers)
+            taken = [p for series in want.values() for p in series if not port_free(p)]
+            if not taken:
+                return [p for i in range(brokers) for p in (want["client"][i], want["metrics"][i],
+                                                            want["internal"][i])]
+            self.notices.append(f"port{'s' if len(taken) > 1 else ''} {', '.join(map(str, taken))} "
+                                f"taken: the brokers take free ports instead (`minikafka cluster status` "
+                                f"shows them)")
+        return free_ports(3 * brokers)
 
     # ------------------------------------------------------------ up / down
 
@@ -364,11 +416,11 @@ class LocalCluster:
                 connect = self.external_zk
                 zk_pid = -1
             else:
-                self.zk = ZooKeeperServer(self.dir / "zookeeper")
+                self.zk = ZooKeeperServer(self.dir / "zookeeper", port=self._zookeeper_port())
                 self.zk.start()
                 connect, zk_pid = self.zk.connect, self.zk.pid
             self.state = ClusterState(str(self.dir), connect, zk_pid, str(self.dir / "zookeeper"), secure=secure)
-            ports = free_ports(3 * brokers)
+            ports = self._broker_ports(brokers)
             hosts = {i: self.broker_netns.get(i, ("", "127.0.0.1"))[1] for i in range(1, brokers + 1)}
             make_secrets(self.state.secrets, list(hosts), hosts, self.zk_digest)
             if secure:

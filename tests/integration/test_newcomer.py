@@ -47,7 +47,7 @@ def test_unreachable_bootstrap_server_is_one_line() -> None:
 def test_broker_with_zookeeper_unreachable_says_so_in_one_line(tmp_path: Path) -> None:
     zk = f"127.0.0.1:{free_port()}"
     started = time.monotonic()
-    r = cli("cluster", "up", "--dir", str(tmp_path / "c"), "--brokers", "1", "--zookeeper", zk,
+    r = cli("cluster", "up", "--dir", str(tmp_path / "c"), "--brokers", "1", "--zookeeper", zk, "--random-ports",
             "--set", "zookeeper.connection.timeout.ms=2000")
     assert r.returncode == 1
     line = one_line(r)
@@ -61,16 +61,25 @@ def test_broker_with_zookeeper_unreachable_says_so_in_one_line(tmp_path: Path) -
 
 def test_a_broker_failing_during_cluster_up_stops_everything_and_a_corrected_up_works(tmp_path: Path) -> None:
     d = tmp_path / "c"
-    r = cli("cluster", "up", "--dir", str(d), "--brokers", "2", "--set", "foo.bar=1")
+    r = cli("cluster", "up", "--dir", str(d), "--brokers", "2", "--set", "foo.bar=1", "--random-ports")
     assert r.returncode == 1
     line = one_line(r)
     assert "exited with" in line and "unknown broker config 'foo.bar'" in line, line
     state = ClusterState.load(d)
     assert not pid_alive(state.zookeeper_pid) and not any(pid_alive(b.pid) for b in state.brokers.values())
     try:
-        r = cli("cluster", "up", "--dir", str(d), "--brokers", "1")
+        r = cli("cluster", "up", "--dir", str(d), "--brokers", "1", "--random-ports")
         assert r.returncode == 0, r.stderr
         r = cli("topics", "--list", "--dir", str(d))
+        assert r.returncode == 0, r.stderr
+        # `cluster status` ends with the line that points other shells at this cluster.
+        r = cli("cluster", "status", "--dir", str(d))
+        state = ClusterState.load(d)
+        export = r.stdout.strip().splitlines()[-1]
+        assert export == (f"export MINIKAFKA_BOOTSTRAP={state.bootstrap_servers} "
+                          f"MINIKAFKA_ZOOKEEPER={state.zookeeper_connect}"), r.stdout
+        env = dict(kv.split("=", 1) for kv in export.removeprefix("export ").split())
+        r = cli("topics", "--create", "--topic", "via-env", "--replication-factor", "1", env=env)
         assert r.returncode == 0, r.stderr
     finally:
         cli("cluster", "down", "--dir", str(d))

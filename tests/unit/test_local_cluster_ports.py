@@ -1,0 +1,47 @@
+"""`cluster up` addresses (issue 17): the documented fixed ports when free, free ports (with a
+notice) when one is taken, free ports always for the tests. Port probes are faked: no sockets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from client.ops import local_cluster
+from client.ops.local_cluster import LocalCluster, fixed_ports
+
+
+def test_the_documented_series() -> None:
+    assert fixed_ports(3) == {"client": [9092, 9093, 9094], "internal": [9192, 9193, 9194],
+                              "metrics": [9292, 9293, 9294]}
+
+
+@pytest.fixture
+def fake_ports(monkeypatch: pytest.MonkeyPatch) -> set[int]:
+    taken: set[int] = set()
+    monkeypatch.setattr(local_cluster, "port_free", lambda port, host="127.0.0.1": port not in taken)
+    monkeypatch.setattr(local_cluster, "free_ports", lambda n, host="127.0.0.1": list(range(40000, 40000 + n)))
+    return taken
+
+
+def test_fixed_ports_when_free(tmp_path: Path, fake_ports: set[int]) -> None:
+    c = LocalCluster(tmp_path, fixed_ports=True)
+    assert c._zookeeper_port() == 2181
+    # per broker: client, metrics, internal
+    assert c._broker_ports(2) == [9092, 9292, 9192, 9093, 9293, 9193]
+    assert c.notices == []
+
+
+def test_free_ports_with_a_notice_when_one_is_taken(tmp_path: Path, fake_ports: set[int]) -> None:
+    fake_ports.update({2181, 9093})
+    c = LocalCluster(tmp_path, fixed_ports=True)
+    assert c._zookeeper_port() is None
+    assert c._broker_ports(2) == list(range(40000, 40006))
+    assert len(c.notices) == 2 and "2181" in c.notices[0] and "9093" in c.notices[1]
+
+
+def test_free_ports_unless_asked(tmp_path: Path, fake_ports: set[int]) -> None:
+    c = LocalCluster(tmp_path)  # the tests' launcher: never the fixed ports
+    assert c._zookeeper_port() is None
+    assert c._broker_ports(1) == [40000, 40001, 40002]
+    assert c.notices == []
