@@ -11,11 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from kazoo.client import KazooClient
 
 from client.ops.local_cluster import ZooKeeperServer
 
 logging.getLogger("kazoo").setLevel(logging.ERROR)
+# Property tests check behaviour, not speed: on a loaded 2-core CI machine Hypothesis' 200 ms
+# per-example deadline and its too-slow health check failed correct code (seen once in tests/unit).
+settings.register_profile("minikafka", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("minikafka")
 # PySpark starts its JVM with fork + preexec_fn; gRPC's fork handlers break that child when this
 # process already has channels open (read when the fork happens, so setting it here is enough).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")

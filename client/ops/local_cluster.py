@@ -98,6 +98,13 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def _runs_config(pid: int, config: str) -> bool:
+    try:
+        return config.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
@@ -505,17 +512,34 @@ class LocalCluster:
         b.pid = proc.pid
         self._procs[b.broker_id] = proc
 
+    def _brokers_to_stop(self) -> list[BrokerProc]:
+        """This object's brokers and those in the state file: another process (``cluster start``,
+        a ``chaos`` run) may have restarted a broker with a new pid that only the file knows. A
+        file pid counts only while it still runs this broker's config (pids are reused)."""
+        procs = list(self.state.brokers.values()) if self.state else []
+        try:
+            on_disk = list(ClusterState.load(self.dir).brokers.values())
+        except ClusterError:
+            on_disk = []
+        known = {b.pid for b in procs}
+        for b in on_disk:
+            if b.pid not in known and (not self.state or _runs_config(b.pid, b.config)):
+                procs.append(b)
+        return procs
+
     def down(self, timeout_s: float = 30.0) -> None:
         state = self.state or ClusterState.load(self.dir)
-        for b in state.brokers.values():
+        brokers = self._brokers_to_stop()
+        for b in brokers:
             if pid_alive(b.pid):
                 os.kill(b.pid, signal.SIGCONT)
                 os.kill(b.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        for b in state.brokers.values():
+        for b in brokers:
             while pid_alive(b.pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            stop_pid(b.pid, self._procs.get(b.broker_id), timeout_s=1)
+            proc = self._procs.get(b.broker_id)
+            stop_pid(b.pid, proc if proc is not None and proc.pid == b.pid else None, timeout_s=1)
         if state.zookeeper_pid > 0:
             stop_pid(state.zookeeper_pid, self.zk.proc if self.zk else None)
 

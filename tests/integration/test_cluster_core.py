@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,22 @@ def test_bad_broker_config_is_refused_with_a_clear_message(tmp_path: Path) -> No
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert proc.returncode == 2
     assert "replica.lag.time.max.ms" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cluster_down_stops_a_broker_that_another_process_restarted(cluster) -> None:  # type: ignore[no-untyped-def]
+    """`cluster start N` from another shell (or a chaos run) gives broker N a pid only the state
+    file knows; `cluster down` (and so the test fixture) must stop it too (brokers leaked before)."""
+    from client.ops.local_cluster import ClusterState, LocalCluster, pid_alive
+
+    c = cluster.start(1)
+    other_shell = LocalCluster(c.dir)
+    other_shell.signal(1, "KILL")
+    assert other_shell.wait_for_exit(1, timeout_s=30) is not None
+    other_shell.start(1)
+    new_pid = ClusterState.load(c.dir).brokers[1].pid
+    assert pid_alive(new_pid)
+    c.down(timeout_s=15)
+    deadline = time.monotonic() + 30
+    while pid_alive(new_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(new_pid)
