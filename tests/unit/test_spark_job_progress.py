@@ -1,0 +1,47 @@
+"""The Spark example jobs' progress line (issue 17: no silent long work)."""
+
+from __future__ import annotations
+
+import io
+
+from client.cli.progress import Progress
+from spark_jobs.job_session import StageProgress, _SparkProgress, stage_line
+
+
+def test_stage_line_names_each_active_stage_with_tasks_done() -> None:
+    line = stage_line("topic_to_parquet", [StageProgress(3, "parquet", 8, 5, 2), StageProgress(1, "scan", 4, 4, 0)], 12.4)
+    assert line == "topic_to_parquet: 12s, stage 1 4/4 tasks; stage 3 5/8 tasks (2 running)"
+    assert stage_line("j", [], 0.2) == "j: 0s, waiting for Spark"
+
+
+class _Info:
+    name, numTasks, numCompletedTasks, numActiveTasks = "scan", 10, 7, 3
+
+
+class _Tracker:
+    def getActiveStageIds(self) -> list[int]:
+        return [2]
+
+    def getStageInfo(self, _sid: int) -> _Info:
+        return _Info()
+
+
+class _Spark:  # the status tracker is PySpark's boundary, not ours
+    class sparkContext:  # PySpark's attribute name
+        @staticmethod
+        def statusTracker() -> _Tracker:
+            return _Tracker()
+
+
+def test_the_reporter_writes_lines_off_a_terminal_and_stops() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    reporter = _SparkProgress("job", _Spark(), Progress(out, interactive=False, clock=lambda: now[0]))
+    now[0] = 6.0  # past the 5 s report interval
+    deadline = 200
+    while "stage 2 7/10 tasks (3 running)" not in out.getvalue() and deadline:
+        reporter._stop.wait(0.05)
+        deadline -= 1
+    reporter.stop()
+    assert "job: 6s, stage 2 7/10 tasks (3 running)" in out.getvalue()
+    assert not reporter._thread.is_alive()
