@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -66,6 +67,9 @@ class ReplicaFetcher:
         # The leader's inter-broker listener, mutual TLS with this broker's certificate (S12.1).
         self._channel = security.aio_channel(f"{leader.host}:{leader.port}", options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.KafkaApiStub(self._channel)  # type: ignore[no-untyped-call]
+        # One FetchStream per leader, opened on first use and dropped on any error: each fetch is a
+        # message on it (half a unary call's cost), still one request in flight at a time.
+        self._stream: Any = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -78,7 +82,32 @@ class ReplicaFetcher:
                 await self._task
             except (asyncio.CancelledError, Exception):
                 pass
+        self._drop_stream()
         await self._channel.close()
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.cancel()
+            self._stream = None
+
+    async def _fetch(self, req: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
+        """One Fetch round trip on the stream; any failure closes the stream (the next fetch opens
+        a new one) and is raised to the loop, which backs off as after a failed unary call."""
+        if self._stream is None:
+            self._stream = self._stub.FetchStream()
+        stream = self._stream
+        try:
+            async with asyncio.timeout(timeout_s):
+                await stream.write(req)
+                resp = await stream.read()
+        except BaseException:
+            if self._stream is stream:
+                self._drop_stream()
+            raise
+        if resp is grpc.aio.EOF:
+            self._drop_stream()
+            raise ConnectionResetError(f"leader {self.leader.broker_id} closed the fetch stream")
+        return resp  # type: ignore[no-any-return]
 
     def add(self, p: Partition) -> None:
         self.states[p.tp] = FetchState(p, p.leader_epoch)
@@ -105,6 +134,9 @@ class ReplicaFetcher:
                 raise
             except grpc.aio.AioRpcError as e:
                 log.debug("fetcher for leader %d: %s", self.leader.broker_id, e.code())
+                await asyncio.sleep(self.settings.backoff_ms / 1000.0)
+            except (TimeoutError, ConnectionError) as e:
+                log.debug("fetcher for leader %d: %r", self.leader.broker_id, e)
                 await asyncio.sleep(self.settings.backoff_ms / 1000.0)
             except Exception:
                 log.exception("fetcher for leader %d failed; backing off", self.leader.broker_id)
@@ -162,7 +194,7 @@ class ReplicaFetcher:
                                   log_start_offset=s.partition.log_start_offset,
                                   partition_max_bytes=self.settings.fetch_max_bytes)
         timeout = (self.settings.fetch_max_wait_ms + self.settings.request_timeout_ms) / 1000.0
-        resp = await self._stub.Fetch(req, timeout=timeout)
+        resp = await self._fetch(req, timeout)
         for tr in resp.topics:
             for r in tr.partitions:
                 tp = (tr.name, r.partition)

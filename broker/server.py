@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -514,10 +514,9 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
         self.s = server
         self.role = role
 
-    async def _serve(self, api: str, request: Any, context: Any,
-                     handler: Callable[[Any, RequestContext], Awaitable[Any]]) -> Any:
+    async def _authenticate(self, api: str, context: Any) -> RequestContext | errors.KafkaError:
         try:
-            ctx = self.s.gate.authenticate(self.role, context)
+            return self.s.gate.authenticate(self.role, context)
         except errors.KafkaError as e:
             log.info("%s refused on %s from %s: %s", api, self.role.listener.name, context.peer(), e)
             self.s.metrics.requests.errors.labels(api, e.name).inc()
@@ -525,7 +524,17 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
                 # Authentication fails the call itself, as a failed SASL handshake fails Kafka's
                 # connection: the client sees UNAUTHENTICATED carrying the typed error.
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
-            return error_response(api, request, e.code)
+            return e
+
+    async def _serve(self, api: str, request: Any, context: Any,
+                     handler: Callable[[Any, RequestContext], Awaitable[Any]]) -> Any:
+        ctx = await self._authenticate(api, context)
+        if isinstance(ctx, errors.KafkaError):
+            return error_response(api, request, ctx.code)
+        return await self._answer(api, request, ctx, handler)
+
+    async def _answer(self, api: str, request: Any, ctx: RequestContext,
+                      handler: Callable[[Any, RequestContext], Awaitable[Any]]) -> Any:
         m = self.s.metrics.requests
         start = time.perf_counter()
         resp = await answer_typed(api, handler(request, ctx), request)
@@ -548,6 +557,20 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
                                                    context, self.s.replica_manager.handle_fetch)
         self.s.metrics.requests.bytes_out.inc(sum(len(p.records) for t in resp.topics for p in t.partitions))
         return resp
+
+    async def FetchStream(self, request_iterator: AsyncIterator[pb.FetchRequest],
+                          context: Any) -> AsyncIterator[pb.FetchResponse]:
+        """Each request on the stream is a Fetch, answered in order: the principal is the stream's
+        (authenticated once, as a Kafka connection is), every other check is per request."""
+        ctx = await self._authenticate("FetchStream", context)
+        async for request in request_iterator:
+            api = "Fetch" if request.replica_id < 0 else "FollowerFetch"
+            if isinstance(ctx, errors.KafkaError):
+                yield error_response(api, request, ctx.code)
+                continue
+            resp: pb.FetchResponse = await self._answer(api, request, ctx, self.s.replica_manager.handle_fetch)
+            self.s.metrics.requests.bytes_out.inc(sum(len(p.records) for t in resp.topics for p in t.partitions))
+            yield resp
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
         return await self._serve("ListOffsets", request, context,  # type: ignore[no-any-return]

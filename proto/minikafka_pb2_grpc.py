@@ -51,6 +51,11 @@ class KafkaApiStub:
                 request_serializer=proto_dot_minikafka__pb2.FetchRequest.SerializeToString,
                 response_deserializer=proto_dot_minikafka__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.FetchStream = channel.stream_stream(
+                '/minikafka.v1.KafkaApi/FetchStream',
+                request_serializer=proto_dot_minikafka__pb2.FetchRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.FetchResponse.FromString,
+                _registered_method=True)
         self.ListOffsets = channel.unary_unary(
                 '/minikafka.v1.KafkaApi/ListOffsets',
                 request_serializer=proto_dot_minikafka__pb2.ListOffsetsRequest.SerializeToString,
@@ -152,6 +157,16 @@ class KafkaApiServicer:
 
     def Fetch(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchStream(self, request_iterator, context):
+        """The same Fetch as a stream: requests answered in order, one at a time, each checked exactly
+        as a unary Fetch. Follower fetchers use it (one stream per leader): a message on an open
+        stream costs about half a unary call here (0.54 vs 1.17 ms round trip), and replication
+        latency is a chain of such round trips.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -268,6 +283,11 @@ def add_KafkaApiServicer_to_server(servicer, server):
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
+                    request_deserializer=proto_dot_minikafka__pb2.FetchRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.FetchResponse.SerializeToString,
+            ),
+            'FetchStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.FetchStream,
                     request_deserializer=proto_dot_minikafka__pb2.FetchRequest.FromString,
                     response_serializer=proto_dot_minikafka__pb2.FetchResponse.SerializeToString,
             ),
@@ -433,6 +453,33 @@ class KafkaApi:
             request,
             target,
             '/minikafka.v1.KafkaApi/Fetch',
+            proto_dot_minikafka__pb2.FetchRequest.SerializeToString,
+            proto_dot_minikafka__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/minikafka.v1.KafkaApi/FetchStream',
             proto_dot_minikafka__pb2.FetchRequest.SerializeToString,
             proto_dot_minikafka__pb2.FetchResponse.FromString,
             options,

@@ -169,6 +169,9 @@ def test_a_forged_follower_fetch_cannot_acknowledge_data(cluster) -> None:  # ty
             name="acked", partitions=[pb.FetchPartition(partition=0, fetch_offset=2**40)])])
         resp = conn.api.Fetch(forged, timeout=10)  # a plain client on the client listener
         assert resp.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+        # The followers' FetchStream checks each message as a Fetch (S12.1): no way around it.
+        streamed = list(conn.api.FetchStream(iter([forged, forged]), timeout=10))
+        assert [r.error_code for r in streamed] == [E.CLUSTER_AUTHORIZATION_FAILED] * 2
         # Broker 2's certificate cannot fetch as replica 3 on the inter-broker listener either.
         a, b = followers
         channel = ChannelSecurity("SSL", ssl_cafile=str(Path(c.state.secrets) / "ca.pem"),
@@ -177,6 +180,8 @@ def test_a_forged_follower_fetch_cannot_acknowledge_data(cluster) -> None:  # ty
         as_other = pb.FetchRequest(replica_id=b, max_wait_ms=0, topics=forged.topics)
         assert pb_grpc.KafkaApiStub(channel).Fetch(as_other, timeout=10).error_code == \
             E.CLUSTER_AUTHORIZATION_FAILED  # type: ignore[no-untyped-call]
+        assert [r.error_code for r in pb_grpc.KafkaApiStub(channel).FetchStream(  # type: ignore[no-untyped-call]
+            iter([as_other]), timeout=10)] == [E.CLUSTER_AUTHORIZATION_FAILED]
         channel.close()
         pending.join(20)
         assert result and result[0].error_code == E.REQUEST_TIMED_OUT, "acknowledged on a forged fetch"
