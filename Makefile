@@ -63,8 +63,13 @@ DURATION ?= 600
 chaos: setup
 	bash scripts/chaos-soak.sh $(DURATION)
 
+# Every figure of issue 15 from one run, each case with its CPU seconds per process, so a
+# regression shows: throughput (send, send_batch), latency at 20k rec/s with linger_ms=0, consumer.
+BENCH_RECORDS ?= 400000
 bench: setup
 	$(PY) bench/log_bench.py
+	$(PY) bench/replication_bench.py --records $(BENCH_RECORDS) --bulk --rate 20000 --rate-linger-ms 0
+	$(PY) bench/consume_bench.py --records $(BENCH_RECORDS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

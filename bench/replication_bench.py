@@ -15,12 +15,13 @@ acks=all case too, and the ratio TLS / plaintext is printed (issue 13's goal: >=
 
 With ``--rate N`` the same two cases also run at a fixed offered load of N records/s (paced
 sends) and their p50/p99 go in ``latency_at_rate``: latency at moderate load, where the producer
-is not saturated. ``--bulk`` adds the bulk API figure: ``Producer.send_batch`` of 1000 values per
+is not saturated; ``--rate-linger-ms`` gives those runs their own linger (the issue's latency
+figure is at ``linger_ms=0`` while the throughput figures use the default of 2). ``--bulk`` adds the bulk API figure: ``Producer.send_batch`` of 1000 values per
 call, RF=3 acks=all. Every case reports the CPU seconds of this (producer) process and of each
 broker (``/proc/<pid>/stat``) during the case, so each run shows where the time went.
 
     python bench/replication_bench.py [--records 400000] [--partitions 6] [--linger-ms 2] [--rate 20000]
-                                      [--bulk] [--tls] [--json]
+                                      [--rate-linger-ms 0]                                      [--bulk] [--tls] [--json]
 """
 
 from __future__ import annotations
@@ -109,10 +110,12 @@ def run_bulk(bootstrap: str, topic: str, records: int, args: argparse.Namespace,
 
 
 def run(bootstrap: str, topic: str, acks: str | int, records: int, args: argparse.Namespace,
-        security: ChannelSecurity = PLAINTEXT_SECURITY, rate: int = -1) -> dict[str, Any]:
+        security: ChannelSecurity = PLAINTEXT_SECURITY, rate: int = -1,
+        linger_ms: int | None = None) -> dict[str, Any]:
     latencies: list[float] = []
     offered = rate if rate > 0 else args.throughput
-    producer = Producer(bootstrap, acks=acks, enable_idempotence=acks == "all", linger_ms=args.linger_ms,
+    linger = args.linger_ms if linger_ms is None else linger_ms
+    producer = Producer(bootstrap, acks=acks, enable_idempotence=acks == "all", linger_ms=linger,
                         batch_size=args.batch_size, buffer_memory=args.buffer_memory, security=security)
     try:
         for _ in range(args.warmup):
@@ -148,7 +151,12 @@ def run(bootstrap: str, topic: str, acks: str | int, records: int, args: argpars
     }
 
 
-def main() -> None:
+def rate_linger_ms(args: argparse.Namespace) -> int:
+    """The linger of the --rate runs: their own if given, else the throughput runs' one."""
+    return args.linger_ms if args.rate_linger_ms is None else int(args.rate_linger_ms)
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=400_000)
     ap.add_argument("--warmup", type=int, default=20_000)
@@ -157,13 +165,19 @@ def main() -> None:
     ap.add_argument("--linger-ms", type=int, default=2, help="the producer's linger_ms (Kafka 2.x default: 0)")
     ap.add_argument("--rate", type=int, default=0,
                     help="also measure latency at this offered load (records/s), e.g. 20000 (0: skip)")
+    ap.add_argument("--rate-linger-ms", type=int, default=None,
+                    help="the producer's linger_ms in the --rate runs (default: --linger-ms)")
     ap.add_argument("--bulk", action="store_true", help="also RF=3 acks=all through send_batch (1000 values/call)")
     ap.add_argument("--buffer-memory", type=int, default=262_144,
                     help="bytes the producer may hold unacknowledged (back-pressure, bounds latency)")
     ap.add_argument("--throughput", type=int, default=-1, help="records/s to offer (-1: as fast as possible)")
     ap.add_argument("--tls", action="store_true", help="also RF=3 acks=all with clients on TLS + SCRAM (--secure)")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = build_parser().parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="replication-bench-"))
     cluster = LocalCluster(root / "cluster", broker_overrides={"zookeeper.session.timeout.ms": "10000"})
@@ -178,9 +192,12 @@ def main() -> None:
         at_rate: dict[str, Any] | None = None
         if args.rate > 0:
             n = min(args.records, args.rate * 5)  # about five seconds of offered load each
-            at_rate = {"offered_per_sec": args.rate, "linger_ms": args.linger_ms,
-                       "rf1_acks_1": measured(lambda: run(bs, "rf1", 1, n, args, rate=args.rate), pids),
-                       "rf3_acks_all": measured(lambda: run(bs, "rf3", "all", n, args, rate=args.rate), pids)}
+            rate_linger = rate_linger_ms(args)
+            at_rate = {"offered_per_sec": args.rate, "linger_ms": rate_linger,
+                       "rf1_acks_1": measured(lambda: run(bs, "rf1", 1, n, args, rate=args.rate,
+                                                          linger_ms=rate_linger), pids),
+                       "rf3_acks_all": measured(lambda: run(bs, "rf3", "all", n, args, rate=args.rate,
+                                                            linger_ms=rate_linger), pids)}
     finally:
         cluster.down()
         shutil.rmtree(root, ignore_errors=True)
@@ -219,9 +236,11 @@ def main() -> None:
         print(f"{'RF=3 acks=all, send_batch':26} {bulk['records_per_sec']:>11,} {bulk['mb_per_sec']:>8}")
     if at_rate is not None:
         for name, r in (("RF=1 acks=1", at_rate["rf1_acks_1"]), ("RF=3 acks=all", at_rate["rf3_acks_all"])):
-            print(f"at {args.rate:,} rec/s offered, linger_ms={args.linger_ms}, {name}: "
+            print(f"at {args.rate:,} rec/s offered, linger_ms={at_rate['linger_ms']}, {name}: "
                   f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms")
     cases = [("RF=1 acks=1", a), ("RF=3 acks=all", b)] + ([("send_batch", bulk)] if bulk is not None else [])
+    if at_rate is not None:
+        cases.append((f"RF=3 acks=all at {args.rate:,}/s", at_rate["rf3_acks_all"]))
     for name, r in cases:
         per_broker = ", ".join(f"broker {k} {v}" for k, v in r["broker_cpu_s"].items())
         total = sum(r["broker_cpu_s"].values())
