@@ -67,9 +67,12 @@ chaos: setup
 # regression shows: throughput (send, send_batch), latency at 20k rec/s with linger_ms=0, consumer.
 BENCH_RECORDS ?= 400000
 bench: setup
+	@echo "cores: $$(nproc)"
 	$(PY) bench/log_bench.py
+	$(PY) bench/validate_bench.py
 	$(PY) bench/replication_bench.py --records $(BENCH_RECORDS) --bulk --rate 20000 --rate-linger-ms 0
 	$(PY) bench/consume_bench.py --records $(BENCH_RECORDS)
+	$(PY) bench/spark_read_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
