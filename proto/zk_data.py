@@ -519,6 +519,10 @@ class ConsumersZNode:
         return f"/consumers/{group}/offsets"
 
     @staticmethod
+    def offsets_topic(group: str, topic: str) -> str:
+        return f"/consumers/{group}/offsets/{topic}"
+
+    @staticmethod
     def owners(group: str) -> str:
         return f"/consumers/{group}/owners"
 
