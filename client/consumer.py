@@ -607,7 +607,13 @@ class Consumer:
     def _maybe_auto_commit(self) -> None:
         if self.enable_auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s \
                 and self._positions:
-            self.commit()
+            try:
+                self.commit()
+            except errors.KafkaError as e:
+                # As Kafka's auto-commit: logged, tried again next interval (e.g. while the group
+                # moves to a new coordinator); poll() goes on.
+                log.info("consumer %s: auto-commit failed: %s", self.consumer_id, e)
+                self._last_commit = time.monotonic()
 
     # ------------------------------------------------------------ group membership (S11.1)
 
