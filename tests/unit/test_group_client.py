@@ -123,3 +123,39 @@ def test_shell_session_timeout_and_not_coordinator() -> None:
         await c.shutdown()
 
     asyncio.run(go())
+
+
+class DenyGate:
+    """Allows everything but the listed (operation, resource type, name)."""
+
+    def __init__(self, *denied: tuple[str, str, str]) -> None:
+        self.denied = set(denied)
+
+    def allowed(self, ctx: Any, operation: str, resource_type: str, name: str) -> bool:
+        return (operation, resource_type, name) not in self.denied
+
+    def cluster_allowed(self, ctx: Any, operation: str) -> bool:
+        return True
+
+
+def test_group_apis_check_group_and_topic_acls() -> None:
+    from broker.group_apis import GroupApis
+    from broker.security.principal import LOCAL_CLIENT
+    from proto import minikafka_pb2 as pb
+
+    async def go() -> None:
+        c = coordinator(FakeZk(), [1], [0])
+        gate: Any = DenyGate(("Read", "Group", "secret"), ("Read", "Topic", "hidden"))
+        apis = GroupApis(c, gate, lambda b, listener: None, 1000)
+        r = await apis.join_group(pb.JoinGroupRequest(group_id="secret", session_timeout_ms=10_000,
+                                                      protocol_type="consumer",
+                                                      protocols=[pb.JoinGroupProtocol(name="range")]), LOCAL_CLIENT)
+        assert r.error_code == errors.GroupAuthorizationFailedError.code
+        commit = await apis.offset_commit(pb.OffsetCommitRequest(group_id="open", generation_id=-1, topics=[
+            pb.OffsetCommitTopic(name="hidden", partitions=[pb.OffsetCommitPartition(partition=0, offset=1)]),
+            pb.OffsetCommitTopic(name="seen", partitions=[pb.OffsetCommitPartition(partition=0, offset=1)])]),
+            LOCAL_CLIENT)
+        codes = {t.name: t.partitions[0].error_code for t in commit.topics}
+        assert codes == {"hidden": errors.TopicAuthorizationFailedError.code, "seen": NONE}
+
+    asyncio.run(go())
