@@ -147,6 +147,11 @@ class GroupMember:
         self._coordinator: str | None = None
         self._closed = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
+        # Heartbeats pause while a join is under way, and an answer to one sent before a join began
+        # is ignored: it would say REBALANCE_IN_PROGRESS about the rebalance this join completes,
+        # and a leader rejoining for it would start yet another (a rebalance storm).
+        self._joins = 0
+        self._joining = False
 
     # ------------------------------------------------------------ coordinator
 
@@ -206,7 +211,18 @@ class GroupMember:
     def join(self, topics: list[str], partitions_of: Callable[[str], list[int]],
              assign: Callable[[list[str], list[int]], dict[str, list[int]]]) -> dict[str, list[int]]:
         """Join and sync until a generation is complete; this member's assignment (topic -> parts)."""
+        with self._lock:
+            self._joins += 1
+            self._joining = True
         self.rejoin_needed.clear()
+        try:
+            return self._join(topics, partitions_of, assign)
+        finally:
+            with self._lock:
+                self._joining = False
+
+    def _join(self, topics: list[str], partitions_of: Callable[[str], list[int]],
+              assign: Callable[[list[str], list[int]], dict[str, list[int]]]) -> dict[str, list[int]]:
         deadline = time.monotonic() + (self.rebalance_timeout_ms + self.session_timeout_ms) / 1000.0 + 30
         last = ""
         while time.monotonic() < deadline and not self._closed.is_set():
@@ -262,8 +278,8 @@ class GroupMember:
     def _heartbeat_loop(self) -> None:
         while not self._closed.wait(self.heartbeat_interval_s):
             with self._lock:
-                generation, member = self.generation_id, self.member_id
-            if not member or self.rejoin_needed.is_set():
+                generation, member, joins, joining = self.generation_id, self.member_id, self._joins, self._joining
+            if not member or joining or self.rejoin_needed.is_set():
                 continue
             try:
                 resp = self._call("Heartbeat", pb.HeartbeatRequest(group_id=self.group_id,
@@ -274,8 +290,8 @@ class GroupMember:
             if resp is None or resp.error_code == 0:
                 continue
             with self._lock:
-                if generation != self.generation_id:
-                    continue  # an answer about a generation we have already left
+                if generation != self.generation_id or joins != self._joins or self._joining:
+                    continue  # an answer about a generation we have left or are leaving
                 if resp.error_code == errors.UnknownMemberIdError.code:
                     self.member_id = ""
             if resp.error_code in _REJOIN_ERRORS or resp.error_code in _COORDINATOR_ERRORS:

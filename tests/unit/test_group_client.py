@@ -159,3 +159,74 @@ def test_group_apis_check_group_and_topic_acls() -> None:
         assert codes == {"hidden": errors.TopicAuthorizationFailedError.code, "seen": NONE}
 
     asyncio.run(go())
+
+
+class FakeApi:
+    def __init__(self, on_heartbeat: Any) -> None:
+        self.on_heartbeat = on_heartbeat
+        self.heartbeats = 0
+
+    def FindCoordinator(self, req: Any, timeout: float) -> Any:
+        from proto import minikafka_pb2 as pb
+        return pb.FindCoordinatorResponse(node_id=1, host="h", port=1)
+
+    def LeaveGroup(self, req: Any, timeout: float) -> Any:
+        from proto import minikafka_pb2 as pb
+        return pb.LeaveGroupResponse()
+
+    def Heartbeat(self, req: Any, timeout: float) -> Any:
+        from proto import minikafka_pb2 as pb
+        self.heartbeats += 1
+        self.on_heartbeat()
+        return pb.HeartbeatResponse(error_code=errors.RebalanceInProgressError.code)
+
+
+class FakeView:
+    def __init__(self, api: FakeApi) -> None:
+        self.brokers: dict[int, str] = {}
+        self.bootstrap = ["h:1"]
+        self.conn = type("Conn", (), {"api": api, "address": "h:1"})()
+
+    def connection(self, address: str) -> Any:
+        return self.conn
+
+
+def test_heartbeats_pause_during_a_join_and_stale_answers_are_ignored() -> None:
+    import time
+
+    from client.group_client import GroupMember
+
+    def member(api: FakeApi) -> GroupMember:
+        view: Any = FakeView(api)
+        m = GroupMember(view, "g", "c", 10_000, 10_000, 10, 0.01, 1.0)
+        m.member_id, m.generation_id = "m", 1
+        return m
+
+    api = FakeApi(lambda: None)
+    m = member(api)
+    m._joining = True                      # a join is under way: no heartbeats at all
+    m._start_heartbeats()
+    time.sleep(0.1)
+    assert api.heartbeats == 0 and not m.rejoin_needed.is_set()
+    m._joining = False                     # stable again: a rebalance elsewhere is noticed
+    deadline = time.monotonic() + 5
+    while not m.rejoin_needed.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert m.rejoin_needed.is_set()
+    m.leave()
+
+    # A heartbeat sent before a join began answers about the rebalance that join completes.
+    holder: list[GroupMember] = []
+
+    def join_begins() -> None:
+        holder[0]._joins += 1
+
+    api2 = FakeApi(join_begins)
+    m2 = member(api2)
+    holder.append(m2)
+    m2._start_heartbeats()
+    deadline = time.monotonic() + 5
+    while api2.heartbeats < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert api2.heartbeats >= 5 and not m2.rejoin_needed.is_set()
+    m2.leave()
