@@ -22,6 +22,13 @@ get NOT_COORDINATOR), members rejoin at the new one, which starts from the
 committed offsets in ZooKeeper (members are not persisted, as Kafka persists
 only to its offsets topic: a moved group rebalances).
 
+Known limit: while two brokers' metadata caches disagree about the live brokers
+(the moments around a broker joining or dying), both may believe they
+coordinate a group; each fences commits only by its own generations. Kafka
+closes that window with the leader epoch of the offsets partition; here the
+window is the controller's UpdateMetadata propagation, and the loss is bounded
+to at-least-once redelivery (a commit never moves past what its member read).
+
 The async API is Kafka-shaped and transport-free, so that the gRPC servicer
 and a Kafka wire-protocol listener map onto the same calls (authorization is
 the caller's: see ``GROUP_OPERATIONS``)::

@@ -153,9 +153,10 @@ class GroupMetadata:
 
 @dataclass(frozen=True)
 class CoordinatorLimits:
-    """Kafka's group.min/max.session.timeout.ms."""
+    """Kafka's group.min/max.session.timeout.ms and group.max.size (SPEC S13.4: bounded)."""
     min_session_timeout_ms: int = 1000
     max_session_timeout_ms: int = 300_000
+    max_group_size: int = 1000
 
 
 class GroupStateMachine:
@@ -218,6 +219,8 @@ class GroupStateMachine:
         if member_id and member_id not in g.members:
             return JoinGroupResult(UNKNOWN_MEMBER_ID, member_id=member_id), []
         if not member_id:
+            if len(g.members) >= lim.max_group_size:
+                return JoinGroupResult(errors.GroupMaxSizeReachedError.code), []
             member_id = new_member_id
             m = MemberMetadata(member_id, client_id, client_host, protocol_type, tuple(protocols),
                                session_timeout_ms, rebalance_timeout_ms, now_ms, awaiting_join=True)

@@ -113,6 +113,16 @@ def decode_assignment(data: bytes) -> dict[str, list[int]]:
     return out
 
 
+def _subscription_or_none(data: bytes) -> list[str]:
+    """A member's subscription; an undecodable one (another member's bytes are not to be trusted)
+    subscribes to nothing, rather than failing the leader's assignment for the whole group."""
+    try:
+        return decode_subscription(data)
+    except (errors.KafkaError, UnicodeDecodeError) as e:
+        log.warning("ignoring an undecodable subscription: %s", e)
+        return []
+
+
 def range_assign(subscriptions: dict[str, list[str]], partitions_of: Callable[[str], list[int]],
                  assign: Callable[[list[str], list[int]], dict[str, list[int]]]) -> dict[str, dict[str, list[int]]]:
     """member -> topic -> partitions: per topic, ``assign`` over the members subscribed to it."""
@@ -247,7 +257,7 @@ class GroupMember:
                 self.generation_id = resp.generation_id
             assignments: list[pb.SyncGroupAssignment] = []
             if resp.leader == resp.member_id:
-                subs = {m.member_id: decode_subscription(m.metadata) for m in resp.members}
+                subs = {m.member_id: _subscription_or_none(m.metadata) for m in resp.members}
                 plan = range_assign(subs, partitions_of, assign)
                 assignments = [pb.SyncGroupAssignment(member_id=m, assignment=encode_assignment(a))
                                for m, a in plan.items()]

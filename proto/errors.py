@@ -362,6 +362,11 @@ class PreferredLeaderNotAvailableError(KafkaError):
     retriable = True
 
 
+class GroupMaxSizeReachedError(KafkaError):
+    code, name = 81, "GROUP_MAX_SIZE_REACHED"
+    description = "The group already has group.max.size members."
+
+
 class EligibleLeadersNotAvailableError(KafkaError):
     code, name = 83, "ELIGIBLE_LEADERS_NOT_AVAILABLE"
     description = "No eligible leader is available."

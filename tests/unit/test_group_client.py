@@ -39,6 +39,12 @@ def test_assignment_round_trip_and_lies_refused() -> None:
         decode_subscription(b"\x00")
 
 
+def test_a_garbage_subscription_subscribes_to_nothing() -> None:
+    from client.group_client import _subscription_or_none
+    assert _subscription_or_none(b"\x00\x00\x7f\xff\xff\xff") == []
+    assert _subscription_or_none(encode_subscription(["t"])) == ["t"]
+
+
 def test_leader_range_assignment_per_topic() -> None:
     subs = {"m1": ["t"], "m0": ["t", "u"]}
     plan = range_assign(subs, lambda t: list(range(7)) if t == "t" else [0], range_assignment)

@@ -14,6 +14,7 @@ from broker.group_state import (
     SYNC,
     UNKNOWN_MEMBER_ID,
     Completion,
+    CoordinatorLimits,
     GroupStateMachine,
     JoinGroupResult,
     SyncGroupResult,
@@ -176,6 +177,15 @@ def test_retried_join_supersedes_the_parked_one() -> None:
     join(sm, "b", 110)
     _, done = join(sm, "b", 120)
     assert joins(done)["b"].error_code == REBALANCE_IN_PROGRESS
+
+
+def test_group_size_is_bounded() -> None:
+    sm = GroupStateMachine(CoordinatorLimits(max_group_size=2))
+    join(sm, "", 0, new_id="a")
+    join(sm, "", 0, new_id="b")
+    answer, _ = join(sm, "", 0, new_id="c")
+    assert answer is not None and answer.error_code == errors.GroupMaxSizeReachedError.code
+    assert set(sm.groups[G].members) == {"a", "b"}
 
 
 def test_coordinator_choice_is_deterministic() -> None:
