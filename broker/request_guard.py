@@ -87,7 +87,7 @@ def error_response(api: str, request: Any, code: int) -> Any:
         return pb.ProduceResponse(topics=[pb.ProduceTopicResponse(name=t.name, partitions=[
             pb.ProducePartitionResponse(partition=p.partition, error_code=c, base_offset=-1, log_append_time_ms=-1,
                                         log_start_offset=-1) for p in t.partitions]) for t in request.topics])
-    if api in ("Fetch", "FollowerFetch"):
+    if api in ("Fetch", "FollowerFetch", "FetchStream"):
         return pb.FetchResponse(error_code=c, topics=[pb.FetchTopicResponse(name=t.name, partitions=[
             pb.FetchPartitionResponse(partition=p.partition, error_code=c, high_watermark=-1, last_stable_offset=-1,
                                       log_start_offset=-1, log_end_offset=-1) for p in t.partitions])
@@ -136,6 +136,26 @@ def error_response(api: str, request: Any, code: int) -> Any:
             pb.UserResult(user=u.name, error_code=c) for u in [*request.deletions, *request.upsertions]])
     if api == "DescribeUserScramCredentials":
         return pb.DescribeUserScramCredentialsResponse(error_code=c)
+    if api == "FindCoordinator":
+        return pb.FindCoordinatorResponse(error_code=c, node_id=-1)
+    if api == "JoinGroup":
+        return pb.JoinGroupResponse(error_code=c, generation_id=-1, member_id=request.member_id)
+    if api == "SyncGroup":
+        return pb.SyncGroupResponse(error_code=c)
+    if api == "Heartbeat":
+        return pb.HeartbeatResponse(error_code=c)
+    if api == "LeaveGroup":
+        return pb.LeaveGroupResponse(error_code=c)
+    if api == "OffsetCommit":
+        return pb.OffsetCommitResponse(error_code=c, topics=[pb.OffsetCommitTopicResponse(name=t.name, partitions=[
+            pb.OffsetCommitPartitionResponse(partition=p.partition, error_code=c) for p in t.partitions])
+            for t in request.topics])
+    if api == "OffsetFetch":
+        return pb.OffsetFetchResponse(error_code=c)
+    if api == "ListGroups":
+        return pb.ListGroupsResponse(error_code=c)
+    if api == "DescribeGroups":
+        return pb.DescribeGroupsResponse(groups=[pb.DescribedGroup(group_id=g, error_code=c) for g in request.groups])
     if api == "LeaderAndIsr":
         return pb.LeaderAndIsrResponse(error_code=c)
     if api == "UpdateMetadata":

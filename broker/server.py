@@ -36,6 +36,8 @@ from kazoo.retry import RetryFailedError
 from broker.admin import AdminManager
 from broker.config import BrokerConfig
 from broker.fetcher import FetcherSettings, ReplicaFetcherManager
+from broker.group_apis import GroupApis
+from broker.group_coordinator import GroupCoordinator
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
@@ -125,7 +127,19 @@ class KafkaServer:
             request_timeout_ms=min(cfg.controller_socket_timeout_ms, cfg.request_timeout_ms),
             control_plane_listener=cfg.control_plane_listener.name,
             channel_security=self.gate.broker_channel_security()), self.zk)
+        self.group_coordinator = GroupCoordinator(self.broker_id, self.zk, self._live_broker_ids)
+        self.group_apis = GroupApis(self.group_coordinator, self.gate, self._endpoint_of,
+                                    cfg.max_request_partitions)
         self.metrics = BrokerMetrics(self)
+
+    def _live_broker_ids(self) -> list[int]:
+        # Before the controller's first UpdateMetadata this broker knows only itself: no answer
+        # yet rather than a coordinator that the rest of the cluster does not agree on.
+        return sorted(self.metadata.brokers)
+
+    def _endpoint_of(self, broker_id: int, listener: str) -> pb.BrokerEndpoint | None:
+        b = self.metadata.brokers.get(broker_id)
+        return None if b is None else self._endpoint_on(b, listener)
 
     # ------------------------------------------------------------ start-up
 
@@ -182,6 +196,7 @@ class KafkaServer:
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self.zk.add_state_listener(self._on_zk_state)
         self.controller.start()
+        self.group_coordinator.start()
         self.zk.watch_children(ConfigChangesZNode.PATH, self._on_config_changes_watch, ensure=False)
         self.zk.watch_children(AclChangesZNode.PATH, self._on_acl_changes_watch, ensure=False)
 
@@ -482,6 +497,7 @@ class KafkaServer:
             await self.controlled_shutdown()
         for t in list(self._tasks):
             t.cancel()
+        await self.group_coordinator.shutdown()
         await asyncio.to_thread(self.controller.shutdown)
         await self.fetcher_manager.shutdown()
         for server in self.grpc_servers:
@@ -634,6 +650,33 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
                                            context: Any) -> pb.DescribeUserScramCredentialsResponse:
         return await self._serve("DescribeUserScramCredentials", request, context,  # type: ignore[no-any-return]
                                  self.s.admin.describe_user_scram_credentials)
+
+    async def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: Any) -> pb.FindCoordinatorResponse:
+        return await self._serve("FindCoordinator", request, context, self.s.group_apis.find_coordinator)  # type: ignore[no-any-return]
+
+    async def JoinGroup(self, request: pb.JoinGroupRequest, context: Any) -> pb.JoinGroupResponse:
+        return await self._serve("JoinGroup", request, context, self.s.group_apis.join_group)  # type: ignore[no-any-return]
+
+    async def SyncGroup(self, request: pb.SyncGroupRequest, context: Any) -> pb.SyncGroupResponse:
+        return await self._serve("SyncGroup", request, context, self.s.group_apis.sync_group)  # type: ignore[no-any-return]
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> pb.HeartbeatResponse:
+        return await self._serve("Heartbeat", request, context, self.s.group_apis.heartbeat)  # type: ignore[no-any-return]
+
+    async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: Any) -> pb.LeaveGroupResponse:
+        return await self._serve("LeaveGroup", request, context, self.s.group_apis.leave_group)  # type: ignore[no-any-return]
+
+    async def OffsetCommit(self, request: pb.OffsetCommitRequest, context: Any) -> pb.OffsetCommitResponse:
+        return await self._serve("OffsetCommit", request, context, self.s.group_apis.offset_commit)  # type: ignore[no-any-return]
+
+    async def OffsetFetch(self, request: pb.OffsetFetchRequest, context: Any) -> pb.OffsetFetchResponse:
+        return await self._serve("OffsetFetch", request, context, self.s.group_apis.offset_fetch)  # type: ignore[no-any-return]
+
+    async def ListGroups(self, request: pb.ListGroupsRequest, context: Any) -> pb.ListGroupsResponse:
+        return await self._serve("ListGroups", request, context, self.s.group_apis.list_groups)  # type: ignore[no-any-return]
+
+    async def DescribeGroups(self, request: pb.DescribeGroupsRequest, context: Any) -> pb.DescribeGroupsResponse:
+        return await self._serve("DescribeGroups", request, context, self.s.group_apis.describe_groups)  # type: ignore[no-any-return]
 
 
 def _sync(handler: Callable[[Q, RequestContext], R]) -> Callable[[Q, RequestContext], Awaitable[R]]:

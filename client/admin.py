@@ -14,8 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.connection import ClusterView, raise_for
+import grpc
+
+from client.connection import ClusterView, raise_for, rpc_error
 from client.discovery import default_bootstrap, default_zookeeper
+from client.group_client import GroupMember, decode_assignment
 from client.structs import TopicPartition
 from proto import errors
 from proto import minikafka_pb2 as pb
@@ -256,33 +259,58 @@ class AdminClient:
             out[r.user] = r.iterations
         return out
 
+    # ------------------------------------------------------------ consumer groups (the coordinator)
+
+    def _member(self, group: str) -> GroupMember:
+        return GroupMember(self.view, group, "admin", 10_000, 10_000, 3000, 0.1, self.timeout_s)
+
     def list_groups(self) -> list[str]:
-        return self._zk_client().list_groups()
+        """Every broker lists the groups it coordinates (Kafka's ListGroups); the union."""
+        self.view.refresh([])
+        groups: set[str] = set()
+        for address in sorted(set(self.view.brokers.values())):
+            try:
+                resp = self.view.connection(address).api.ListGroups(pb.ListGroupsRequest(), timeout=self.timeout_s)
+            except grpc.RpcError as e:
+                raise rpc_error(e, address) from None
+            raise_for(resp.error_code)
+            groups.update(g.group_id for g in resp.groups)
+        return sorted(groups)
 
     def describe_group(self, group: str) -> list[GroupPartition]:
-        zk = self._zk_client()
-        if not zk.group_exists(group):
+        member = self._member(group)
+        desc = member.describe()
+        committed = member.fetch_offsets(None)
+        owners: dict[tuple[str, int], str] = {}
+        for m in desc.members:
+            try:
+                assigned = decode_assignment(m.member_assignment)
+            except errors.KafkaError:
+                continue
+            for topic, parts in assigned.items():
+                for p in parts:
+                    owners[(topic, p)] = m.client_id or m.member_id
+        topics = {t for t, _ in committed} | {t for t, _ in owners}
+        if not topics and desc.group_state in ("Dead", "Empty") and not desc.members:
             raise errors.GroupIdNotFoundError(f"group {group!r} does not exist")
-        topics = zk.group_topics(group)
         out = []
         for topic in sorted(topics):
             self.view.refresh([topic])
             parts = self.view.partitions_of(topic)
             offsets = self._offsets(topic, parts)
             for p in parts:
-                current = zk.get_committed_offset(group, topic, p)
-                owner = zk.get_partition_owner(group, topic, p)
+                current = committed.get((topic, p))
                 leo = offsets.get(p, (-1, -1))[0]
                 lag = leo - current if current is not None and leo >= 0 else None
-                out.append(GroupPartition(topic, p, current, leo, lag, owner))
+                out.append(GroupPartition(topic, p, current, leo, lag, owners.get((topic, p))))
         return out
 
     def reset_group_offsets(self, group: str, topic: str, to: str, value: int | None = None,
                             execute: bool = False) -> dict[TopicPartition, int]:
         """to: earliest | latest | offset | timestamp. A dry run unless ``execute``; refused while
-        the group has live members (as kafka-consumer-groups does)."""
-        zk = self._zk_client()
-        if execute and zk.get_group_members(group):
+        the group has live members (as kafka-consumer-groups does; the coordinator refuses too)."""
+        member = self._member(group)
+        if execute and member.describe().members:
             raise errors.InvalidRequestError(f"group {group!r} has active members; stop them first")
         self.view.refresh([topic])
         parts = self.view.partitions_of(topic)
@@ -307,6 +335,9 @@ class AdminClient:
             else:
                 raise errors.InvalidRequestError(f"unknown reset target {to!r}")
         if execute:
-            for tp, off in plan.items():
-                zk.commit_offset(group, tp.topic, tp.partition, off)
+            result = member.commit({(tp.topic, tp.partition): off for tp, off in plan.items()}, as_member=False)
+            for code in result.values():
+                if code == errors.IllegalGenerationError.code:
+                    raise errors.InvalidRequestError(f"group {group!r} has active members; stop them first")
+                raise_for(code)
         return plan

@@ -24,13 +24,15 @@ with Spark's Kafka-source columns, without a Python object per record. Both
 advance the position past the last record handed out, so they can be mixed and
 ``commit()``, ``seek()`` and rebalances behave the same whichever is used.
 
-Groups follow the seed design (S11), the ZooKeeper-based consumer of Kafka 0.8:
-members register ephemeral ``/consumers/[group]/ids/[id]`` znodes; any change
-of members or partitions triggers a rebalance in which each member releases
-its ephemeral owner znodes, computes the range assignment, and claims its
-partitions' owner znodes (retrying with backoff while a previous owner has not
-released), so a partition never has two owners. Committed offsets live in
-``/consumers/[group]/offsets/[topic]/[partition]``; a new owner resumes there.
+Groups use the broker-side group coordinator (``client/group_client.py``,
+Kafka's protocol): the member finds the coordinator with FindCoordinator,
+joins (JoinGroup/SyncGroup), and the leader member computes the range
+assignment client-side over every member's subscription; a heartbeat thread
+learns of rebalances, which ``poll()`` then runs (committing the positions of
+the partitions it gives up first, while its generation may still commit).
+Committed offsets go through OffsetCommit/OffsetFetch to the coordinator, which
+keeps them in ``/consumers/[group]/offsets/[topic]/[partition]``; a new owner
+resumes there (S11.3). Only bootstrap servers are needed.
 
 Range assignment: Kafka's (RangeAssignor / the 0.8 consumer): P/C partitions
 each, the first P%C members one more - 7 partitions over 3 members is 3/2/2.
@@ -53,15 +55,14 @@ from typing import Any, NamedTuple, TypeVar
 import grpc
 
 from client.connection import ClusterView, Connection, parse_bootstrap
-from client.discovery import default_bootstrap, default_zookeeper
+from client.discovery import default_bootstrap
+from client.group_client import GroupMember
 from client.structs import TopicPartition
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.columnar import RecordColumns, decode_columns, kafka_arrow_schema, to_arrow, to_records
 from proto.record_batch import Header
 from proto.transport import ChannelSecurity, client_security
-from proto.zk_client import KafkaZkClient, ZkState
-from proto.zk_data import ConsumersZNode, TopicZNode
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
@@ -170,7 +171,12 @@ class Consumer:
                  security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
                  ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
                  sasl_mechanism: str = "SCRAM-SHA-256", sasl_plain_username: str | None = None,
-                 sasl_plain_password: str | None = None, security: ChannelSecurity | None = None) -> None:
+                 sasl_plain_password: str | None = None, security: ChannelSecurity | None = None,
+                 session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 3000,
+                 max_poll_interval_ms: int = 300_000) -> None:
+        """``zookeeper_connect`` and ``zookeeper_session_timeout_ms`` are accepted and ignored: groups
+        go through the broker's coordinator. ``max_poll_interval_ms`` is the rebalance timeout."""
+        del zookeeper_connect, zookeeper_session_timeout_ms
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise errors.InvalidRequestError("auto_offset_reset must be earliest, latest or none")
         self.bootstrap = parse_bootstrap(default_bootstrap() if bootstrap_servers is None else bootstrap_servers)
@@ -200,18 +206,15 @@ class Consumer:
         self._subscription: list[str] = []
         self._closed = False
         self._last_commit = time.monotonic()
-        self._zk: KafkaZkClient | None = None
         self._rebalance_needed = threading.Event()
-        self._session_lost = threading.Event()
-        self._rejoin_needed = threading.Event()
         self._fetch_done = threading.Event()
-        self._claim_failures = 0
-        self._retry_rebalance_at = 0.0
         self._owned: list[TopicPartition] = []
         self.consumer_id = consumer_id or f"{group_id or 'consumer'}_{uuid.uuid4().hex[:12]}"
-        # A group with no ZooKeeper named finds the local cluster's (client/discovery.py).
-        self._zk_connect = zookeeper_connect if zookeeper_connect or group_id is None else default_zookeeper()
-        self._zk_session_timeout_s = zookeeper_session_timeout_ms / 1000.0
+        self._group: GroupMember | None = None
+        if group_id is not None:
+            self._group = GroupMember(self.view, group_id, self.consumer_id, session_timeout_ms,
+                                      max_poll_interval_ms, heartbeat_interval_ms, self.retry_backoff_s,
+                                      self.request_timeout_s)
         if topics:
             self.subscribe(list(topics))
 
@@ -348,9 +351,9 @@ class Consumer:
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000.0
         while True:
-            if self._rejoin_needed.is_set():
-                self._rejoin()
-            if self._rebalance_needed.is_set() and time.monotonic() >= self._retry_rebalance_at:
+            if self._group is not None and self._subscription and self._group.rejoin_needed.is_set():
+                self._rebalance_needed.set()
+            if self._rebalance_needed.is_set():
                 self._rebalance()
             self._maybe_auto_commit()
             out = take(limit)
@@ -561,52 +564,35 @@ class Consumer:
 
     # ------------------------------------------------------------ committed offsets (S11.3)
 
-    def _zk_client(self) -> KafkaZkClient:
-        if self._zk is None:
-            if not self._zk_connect:
-                raise errors.InvalidGroupIdError("consumer groups need zookeeper_connect (SPEC S11)")
-            logging.getLogger("kazoo").setLevel(logging.ERROR)
-            zk = KafkaZkClient(self._zk_connect, session_timeout_ms=int(self._zk_session_timeout_s * 1000),
-                               connection_timeout_ms=int(self.request_timeout_s * 1000))
-            zk.start()
-            zk.add_state_listener(self._on_zk_state)
-            self._zk = zk
-        return self._zk
-
-    def _on_zk_state(self, state: str) -> None:
-        """kazoo's thread. A lost session took our member and owner znodes with it: we own nothing
-        any more (no commits for those partitions) and must join again (issue 14 item 8)."""
-        if state == ZkState.LOST:
-            self._session_lost.set()
-        elif state == ZkState.CONNECTED and self._session_lost.is_set() and self._subscription:
-            self._rejoin_needed.set()
-
     def committed(self, tp: TopicPartition | tuple[str, int]) -> int | None:
         tp = TopicPartition(*tp)
         return self._committed_offsets([tp]).get(tp)
 
     def _committed_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-        if self.group_id is None:
+        if self._group is None:
             return {tp: None for tp in tps}
-        zk = self._zk_client()
-        return {tp: zk.get_committed_offset(self.group_id, tp.topic, tp.partition) for tp in tps}
+        found = self._group.fetch_offsets([(tp.topic, tp.partition) for tp in tps])
+        return {tp: found.get((tp.topic, tp.partition)) for tp in tps}
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Store the positions (or ``offsets``): the next offset to consume, per partition. A group
-        member commits only partitions it owns now: after a rebalance or a lost session another
-        member may be consuming the rest (Kafka's CommitFailedException, here skipped with a log)."""
-        if self.group_id is None:
+        member commits as its generation: after a rebalance moved a partition away the coordinator
+        refuses (Kafka's CommitFailedException, here logged; the member rejoins)."""
+        if self._group is None:
             raise errors.InvalidGroupIdError("commit() needs a group_id")
-        zk = self._zk_client()
         wanted = offsets if offsets is not None else dict(self._positions)
         if self._subscription:
-            owned = set() if self._session_lost.is_set() else set(self._owned)
+            owned = set(self._owned)
             skipped = sorted(tp for tp in wanted if tp not in owned)
             if skipped:
                 log.info("consumer %s: not committing %s: no longer owned", self.consumer_id, skipped)
             wanted = {tp: o for tp, o in wanted.items() if tp in owned}
-        for tp, off in wanted.items():
-            zk.commit_offset(self.group_id, tp.topic, tp.partition, off)
+        if wanted:
+            result = self._group.commit({(tp.topic, tp.partition): o for tp, o in wanted.items()},
+                                        as_member=bool(self._subscription))
+            refused = {tp: errors.for_code(c).name for tp, c in result.items() if c != 0}
+            if refused:
+                log.info("consumer %s: commit refused for %s", self.consumer_id, refused)
         self._last_commit = time.monotonic()
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> threading.Thread:
@@ -617,98 +603,46 @@ class Consumer:
     def _maybe_auto_commit(self) -> None:
         if self.enable_auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s \
                 and self._positions:
-            self.commit()
+            try:
+                self.commit()
+            except errors.KafkaError as e:
+                # As Kafka's auto-commit: logged, tried again next interval (e.g. while the group
+                # moves to a new coordinator); poll() goes on.
+                log.info("consumer %s: auto-commit failed: %s", self.consumer_id, e)
+                self._last_commit = time.monotonic()
 
     # ------------------------------------------------------------ group membership (S11.1)
 
     def _join_group(self) -> None:
-        assert self.group_id is not None
-        zk = self._zk_client()
-        if not zk.register_group_member(self.group_id, self.consumer_id, sorted(self._subscription),
-                                        int(time.time() * 1000)):
-            raise errors.InvalidGroupIdError(f"consumer id {self.consumer_id} is already in the group")
-
-        def on_change(*_args: Any) -> None:
-            self._rebalance_needed.set()
-
-        zk.watch_children(ConsumersZNode.ids(self.group_id), on_change)
-        for t in self._subscription:
-            zk.watch_data(TopicZNode.path(t), on_change)
-        self._rebalance_needed.set()
-
-    def _rejoin(self) -> None:
-        """After a new ZooKeeper session: register again, drop what we owned, rebalance."""
-        self._rejoin_needed.clear()
-        self._session_lost.clear()
-        self._owned = []
-        self._set_assignment([])
-        log.info("consumer %s: ZooKeeper session re-established; rejoining group %s", self.consumer_id,
-                 self.group_id)
-        try:
-            self._join_group()
-        except errors.InvalidGroupIdError:
-            pass  # our old member znode has not expired yet: the rebalance below still runs
         self._rebalance_needed.set()
 
     def _rebalance(self) -> None:
-        """One attempt to release, compute the range assignment and claim (S11.1, S11.2).
-
-        If a previous owner still holds one of our partitions the claim is given
-        back and the rebalance stays pending: ``poll()`` tries again after a
-        backoff, so members that are constructed one after the other never wait
-        for each other.
-        """
-        assert self.group_id is not None
-        zk = self._zk_client()
+        """Give up the partitions (committing their positions while this generation still may),
+        join and sync (the leader computes the range assignment, S11.1/S11.2), take the new ones."""
+        assert self._group is not None
         self._rebalance_needed.clear()
         if self._owned and self.enable_auto_commit:
-            self.commit({tp: o for tp, o in self._positions.items() if tp in self._owned})
-        self._release()
-        members = zk.get_group_members(self.group_id)
-        mine: list[TopicPartition] = []
-        for topic in self._subscription:
-            parts = sorted(zk.get_assignment(topic) or {})
-            subscribed = [m for m in members if topic in self._member_topics(zk, m)]
-            mine += [TopicPartition(topic, p) for p in range_assignment(subscribed, parts).get(self.consumer_id, [])]
-        if self._claim(zk, mine):
-            self._positions = {}
-            self._set_assignment(mine)
-            self._claim_failures = 0
-            log.info("consumer %s owns %s", self.consumer_id, mine)
-            return
-        self._claim_failures += 1
-        self._retry_rebalance_at = time.monotonic() + self.retry_backoff_s * min(10, self._claim_failures)
-        self._rebalance_needed.set()
-
-    def _member_topics(self, zk: KafkaZkClient, member: str) -> set[str]:
-        assert self.group_id is not None
-        if member == self.consumer_id:
-            return set(self._subscription)
-        return zk.get_member_topics(self.group_id, member)
-
-    def _claim(self, zk: KafkaZkClient, tps: list[TopicPartition]) -> bool:
-        assert self.group_id is not None
-        claimed: list[TopicPartition] = []
-        if self._rebalance_needed.is_set():
-            return False  # membership changed again meanwhile: start over
-        for tp in tps:
-            if not zk.claim_partition(self.group_id, tp.topic, tp.partition, self.consumer_id):
-                # The previous owner has not released it yet: give back what we took and retry.
-                self._owned = claimed
-                self._release()
-                return False
-            claimed.append(tp)
-        self._owned = claimed
-        return True
-
-    def _release(self) -> None:
-        if self._zk is None or self.group_id is None:
-            self._owned = []
-            return
-        for tp in self._owned:
-            self._zk.release_partition(self.group_id, tp.topic, tp.partition)
+            try:
+                self.commit({tp: o for tp, o in self._positions.items() if tp in self._owned})
+            except errors.KafkaError as e:
+                log.info("consumer %s: commit before rebalance failed: %s", self.consumer_id, e)
         self._owned = []
         self._set_assignment([])
+        self._positions = {}
+
+        def partitions_of(topic: str) -> list[int]:
+            try:
+                self.view.refresh([topic])
+            except errors.KafkaError:
+                pass
+            return self.view.partitions_of(topic)
+
+        got = self._group.join(self._subscription, partitions_of, range_assignment)
+        mine = sorted(TopicPartition(t, p) for t, ps in got.items() for p in ps)
+        self._owned = mine
+        self._set_assignment(mine)
+        log.info("consumer %s (member %s, generation %d) owns %s", self.consumer_id, self._group.member_id,
+                 self._group.generation_id, mine)
 
     # ------------------------------------------------------------ shutdown
 
@@ -721,9 +655,8 @@ class Consumer:
         finally:
             self._closed = True
             self._cancel_inflight()
-            if self._zk is not None:
-                self._release()
-                self._zk.stop()
+            if self._group is not None:
+                self._group.leave()
             self.view.close()
 
     def __enter__(self) -> Consumer:

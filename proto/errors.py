@@ -129,6 +129,18 @@ class CoordinatorNotAvailableError(KafkaError):
     retriable = True
 
 
+class CoordinatorLoadInProgressError(KafkaError):
+    code, name = 14, "COORDINATOR_LOAD_IN_PROGRESS"
+    description = "The coordinator is loading the group's state."
+    retriable = True
+
+
+class NotCoordinatorError(KafkaError):
+    code, name = 16, "NOT_COORDINATOR"
+    description = "This broker is not the group's coordinator."
+    retriable = True
+
+
 class InvalidTopicError(KafkaError):
     code, name = 17, "INVALID_TOPIC_EXCEPTION"
     description = "The topic name is not legal."
@@ -156,9 +168,34 @@ class InvalidRequiredAcksError(KafkaError):
     description = "acks must be 0, 1 or -1 (all)."
 
 
+class IllegalGenerationError(KafkaError):
+    code, name = 22, "ILLEGAL_GENERATION"
+    description = "The generation id is not the group's current generation."
+
+
+class InconsistentGroupProtocolError(KafkaError):
+    code, name = 23, "INCONSISTENT_GROUP_PROTOCOL"
+    description = "The member's protocols are incompatible with the group's."
+
+
 class InvalidGroupIdError(KafkaError):
     code, name = 24, "INVALID_GROUP_ID"
     description = "The group id is not valid."
+
+
+class UnknownMemberIdError(KafkaError):
+    code, name = 25, "UNKNOWN_MEMBER_ID"
+    description = "The coordinator does not know this member id."
+
+
+class InvalidSessionTimeoutError(KafkaError):
+    code, name = 26, "INVALID_SESSION_TIMEOUT"
+    description = "The session timeout is outside the broker's allowed range."
+
+
+class RebalanceInProgressError(KafkaError):
+    code, name = 27, "REBALANCE_IN_PROGRESS"
+    description = "The group is rebalancing: rejoin."
 
 
 class TopicAuthorizationFailedError(KafkaError):
@@ -275,6 +312,11 @@ class ReassignmentInProgressError(KafkaError):
     description = "A reassignment is in progress."
 
 
+class NonEmptyGroupError(KafkaError):
+    code, name = 68, "NON_EMPTY_GROUP"
+    description = "The group has active members."
+
+
 class GroupIdNotFoundError(KafkaError):
     code, name = 69, "GROUP_ID_NOT_FOUND"
     description = "The group does not exist."
@@ -318,6 +360,11 @@ class PreferredLeaderNotAvailableError(KafkaError):
     code, name = 80, "PREFERRED_LEADER_NOT_AVAILABLE"
     description = "The preferred leader is not available."
     retriable = True
+
+
+class GroupMaxSizeReachedError(KafkaError):
+    code, name = 81, "GROUP_MAX_SIZE_REACHED"
+    description = "The group already has group.max.size members."
 
 
 class EligibleLeadersNotAvailableError(KafkaError):

@@ -26,9 +26,7 @@ if _version_not_supported:
 
 
 class KafkaApiStub:
-    """---------------------------------------------------------------- Services
-
-    """
+    """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
         """Constructor.
@@ -136,12 +134,55 @@ class KafkaApiStub:
                 request_serializer=proto_dot_minikafka__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=proto_dot_minikafka__pb2.DescribeUserScramCredentialsResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/FindCoordinator',
+                request_serializer=proto_dot_minikafka__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.JoinGroup = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/JoinGroup',
+                request_serializer=proto_dot_minikafka__pb2.JoinGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.JoinGroupResponse.FromString,
+                _registered_method=True)
+        self.SyncGroup = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/SyncGroup',
+                request_serializer=proto_dot_minikafka__pb2.SyncGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.SyncGroupResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/Heartbeat',
+                request_serializer=proto_dot_minikafka__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.LeaveGroup = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/LeaveGroup',
+                request_serializer=proto_dot_minikafka__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.LeaveGroupResponse.FromString,
+                _registered_method=True)
+        self.OffsetCommit = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/OffsetCommit',
+                request_serializer=proto_dot_minikafka__pb2.OffsetCommitRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.OffsetFetch = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/OffsetFetch',
+                request_serializer=proto_dot_minikafka__pb2.OffsetFetchRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.OffsetFetchResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/ListGroups',
+                request_serializer=proto_dot_minikafka__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroups = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/DescribeGroups',
+                request_serializer=proto_dot_minikafka__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.DescribeGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class KafkaApiServicer:
-    """---------------------------------------------------------------- Services
-
-    """
+    """Missing associated documentation comment in .proto file."""
 
     def Metadata(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -268,6 +309,60 @@ class KafkaApiServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JoinGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SyncGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KafkaApiServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -371,6 +466,51 @@ def add_KafkaApiServicer_to_server(servicer, server):
                     request_deserializer=proto_dot_minikafka__pb2.DescribeUserScramCredentialsRequest.FromString,
                     response_serializer=proto_dot_minikafka__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
             ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=proto_dot_minikafka__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'JoinGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinGroup,
+                    request_deserializer=proto_dot_minikafka__pb2.JoinGroupRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.JoinGroupResponse.SerializeToString,
+            ),
+            'SyncGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncGroup,
+                    request_deserializer=proto_dot_minikafka__pb2.SyncGroupRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.SyncGroupResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=proto_dot_minikafka__pb2.HeartbeatRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'LeaveGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveGroup,
+                    request_deserializer=proto_dot_minikafka__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'OffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetCommit,
+                    request_deserializer=proto_dot_minikafka__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'OffsetFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetFetch,
+                    request_deserializer=proto_dot_minikafka__pb2.OffsetFetchRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=proto_dot_minikafka__pb2.ListGroupsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroups,
+                    request_deserializer=proto_dot_minikafka__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'minikafka.v1.KafkaApi', rpc_method_handlers)
@@ -380,9 +520,7 @@ def add_KafkaApiServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class KafkaApi:
-    """---------------------------------------------------------------- Services
-
-    """
+    """Missing associated documentation comment in .proto file."""
 
     @staticmethod
     def Metadata(request,
@@ -914,6 +1052,249 @@ class KafkaApi:
             '/minikafka.v1.KafkaApi/DescribeUserScramCredentials',
             proto_dot_minikafka__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
             proto_dot_minikafka__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/FindCoordinator',
+            proto_dot_minikafka__pb2.FindCoordinatorRequest.SerializeToString,
+            proto_dot_minikafka__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/JoinGroup',
+            proto_dot_minikafka__pb2.JoinGroupRequest.SerializeToString,
+            proto_dot_minikafka__pb2.JoinGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/SyncGroup',
+            proto_dot_minikafka__pb2.SyncGroupRequest.SerializeToString,
+            proto_dot_minikafka__pb2.SyncGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/Heartbeat',
+            proto_dot_minikafka__pb2.HeartbeatRequest.SerializeToString,
+            proto_dot_minikafka__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/LeaveGroup',
+            proto_dot_minikafka__pb2.LeaveGroupRequest.SerializeToString,
+            proto_dot_minikafka__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/OffsetCommit',
+            proto_dot_minikafka__pb2.OffsetCommitRequest.SerializeToString,
+            proto_dot_minikafka__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/OffsetFetch',
+            proto_dot_minikafka__pb2.OffsetFetchRequest.SerializeToString,
+            proto_dot_minikafka__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/ListGroups',
+            proto_dot_minikafka__pb2.ListGroupsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/DescribeGroups',
+            proto_dot_minikafka__pb2.DescribeGroupsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.DescribeGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

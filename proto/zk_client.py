@@ -743,9 +743,8 @@ class KafkaZkClient:
 
     # ------------------------------------------------------------ consumer groups (/consumers, SPEC S11)
     #
-    # The ZooKeeper-era consumer groups: members are ephemeral znodes under ids/, a partition's
-    # owner an ephemeral znode under owners/, committed offsets persistent znodes under offsets/.
-    # Every create here may meet its own lost reply; an ephemeral is ours when our session owns it.
+    # Committed offsets, persistent znodes under /consumers/[group]/offsets/, written and read by
+    # the group coordinator (broker/group_coordinator.py). Every create may meet its own lost reply.
 
     def list_groups(self) -> list[str]:
         try:
@@ -753,25 +752,32 @@ class KafkaZkClient:
         except NoNodeError:
             return []
 
-    def group_exists(self, group: str) -> bool:
-        return bool(self._r(self.zk.exists, ConsumersZNode.group(group)))
-
-    def group_topics(self, group: str) -> set[str]:
-        """Topics the group has committed offsets for or owns partitions of."""
-        topics: set[str] = set()
-        for path in (ConsumersZNode.offsets(group), ConsumersZNode.owners(group)):
-            try:
-                topics.update(self._r(self.zk.get_children, path))
-            except NoNodeError:
-                pass
-        return topics
-
     def get_committed_offset(self, group: str, topic: str, partition: int) -> int | None:
         try:
             data, _ = self._r(self.zk.get, ConsumersZNode.offset(group, topic, partition))
         except NoNodeError:
             return None
         return ConsumersZNode.decode_offset(data)
+
+    def get_group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """Every committed offset of ``group`` (a new coordinator loads them; unreadable ones skipped)."""
+        out: dict[tuple[str, int], int] = {}
+        try:
+            topics = self._r(self.zk.get_children, ConsumersZNode.offsets(group))
+        except NoNodeError:
+            return out
+        for topic in topics:
+            try:
+                parts = self._r(self.zk.get_children, ConsumersZNode.offsets_topic(group, topic))
+            except NoNodeError:
+                continue
+            for part in parts:
+                if not part.isdigit():
+                    continue
+                offset = self.get_committed_offset(group, topic, int(part))
+                if offset is not None:
+                    out[(topic, int(part))] = offset
+        return out
 
     def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
         path = ConsumersZNode.offset(group, topic, partition)
@@ -783,62 +789,6 @@ class KafkaZkClient:
                 self._r(self.zk.create, path, data, makepath=True)
             except NodeExistsError:  # a racing commit, or our own create's lost reply: write again
                 self._r(self.zk.set, path, data)
-
-    def register_group_member(self, group: str, consumer_id: str, topics: Sequence[str], now_ms: int) -> bool:
-        """The member's ephemeral znode; False when another live session holds that consumer id."""
-        path = ConsumersZNode.member(group, consumer_id)
-        try:
-            self._r(self.zk.create, path, ConsumersZNode.encode_member(topics, now_ms), ephemeral=True,
-                    makepath=True)
-        except NodeExistsError:
-            return self._owns(path)
-        return True
-
-    def get_group_members(self, group: str) -> list[str]:
-        try:
-            return sorted(self._r(self.zk.get_children, ConsumersZNode.ids(group)))
-        except NoNodeError:
-            return []
-
-    def get_member_topics(self, group: str, consumer_id: str) -> set[str]:
-        try:
-            data, _ = self._r(self.zk.get, ConsumersZNode.member(group, consumer_id))
-        except NoNodeError:
-            return set()
-        return ConsumersZNode.decode_member_topics(data)
-
-    def claim_partition(self, group: str, topic: str, partition: int, consumer_id: str) -> bool:
-        """Take ownership (an ephemeral znode); False while another member still owns it."""
-        path = ConsumersZNode.owner(group, topic, partition)
-        try:
-            self._r(self.zk.create, path, consumer_id.encode(), ephemeral=True, makepath=True)
-        except NodeExistsError:
-            return self._owns(path)
-        return True
-
-    def release_partition(self, group: str, topic: str, partition: int) -> None:
-        """Give up ownership - only if this session holds it (a new owner's znode stays)."""
-        path = ConsumersZNode.owner(group, topic, partition)
-        try:
-            _data, stat = self._r(self.zk.get, path)
-            if stat.ephemeralOwner == self.session_id:
-                self._r(self.zk.delete, path, version=stat.version)
-        except (NoNodeError, BadVersionError):
-            pass
-
-    def get_partition_owner(self, group: str, topic: str, partition: int) -> str | None:
-        try:
-            data, _ = self._r(self.zk.get, ConsumersZNode.owner(group, topic, partition))
-        except NoNodeError:
-            return None
-        return bytes(data).decode(errors="replace")
-
-    def _owns(self, path: str) -> bool:
-        try:
-            _data, stat = self._r(self.zk.get, path)
-        except NoNodeError:
-            return False
-        return bool(stat.ephemeralOwner == self.session_id)
 
     # ------------------------------------------------------------ producer ids
 

@@ -10,7 +10,6 @@ Decoders raise ``CorruptZnodeError`` for data that is not what the schema says.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -495,18 +494,6 @@ class ConsumersZNode:
     PATH: Final = "/consumers"
 
     @staticmethod
-    def ids(group: str) -> str:
-        return f"/consumers/{group}/ids"
-
-    @staticmethod
-    def member(group: str, consumer_id: str) -> str:
-        return f"/consumers/{group}/ids/{consumer_id}"
-
-    @staticmethod
-    def owner(group: str, topic: str, partition: int) -> str:
-        return f"/consumers/{group}/owners/{topic}/{partition}"
-
-    @staticmethod
     def offset(group: str, topic: str, partition: int) -> str:
         return f"/consumers/{group}/offsets/{topic}/{partition}"
 
@@ -519,8 +506,8 @@ class ConsumersZNode:
         return f"/consumers/{group}/offsets"
 
     @staticmethod
-    def owners(group: str) -> str:
-        return f"/consumers/{group}/owners"
+    def offsets_topic(group: str, topic: str) -> str:
+        return f"/consumers/{group}/offsets/{topic}"
 
     @staticmethod
     def encode_offset(offset: int) -> bytes:
@@ -533,21 +520,6 @@ class ConsumersZNode:
             return int(bytes(data or b"").decode())
         except (UnicodeDecodeError, ValueError):
             return None
-
-    @staticmethod
-    def encode_member(topics: Sequence[str], now_ms: int) -> bytes:
-        """A member's registration, Kafka's ``/consumers/[group]/ids/[id]`` JSON."""
-        return json.dumps({"version": 1, "subscription": {t: 1 for t in topics}, "pattern": "static",
-                           "timestamp": str(now_ms)}).encode()
-
-    @staticmethod
-    def decode_member_topics(data: bytes | None) -> set[str]:
-        try:
-            doc = json.loads(data or b"")
-        except ValueError:
-            return set()
-        sub = doc.get("subscription") if isinstance(doc, dict) else None
-        return {t for t in sub if isinstance(t, str)} if isinstance(sub, dict) else set()
 
 
 # Paths the cluster needs before anything runs (Kafka's ZkData.PersistentZkPaths).
@@ -566,7 +538,8 @@ PERSISTENT_PATHS: Final = (
     AclChangesZNode.PATH,
 )
 
-# With zookeeper.set.acl, what stays writable by everyone (the ZooKeeper consumer groups of S11 are
-# written by clients), and what only brokers may even read (Kafka's sensitive paths: credentials).
-OPEN_PATHS: Final = ("/consumers",)
+# With zookeeper.set.acl, what stays writable by everyone (nothing since the group coordinator
+# writes the committed offsets: clients no longer touch /consumers), and what only brokers may even
+# read (Kafka's sensitive paths: credentials).
+OPEN_PATHS: Final[tuple[str, ...]] = ()
 SENSITIVE_PATHS: Final = (ConfigUserZNode.PATH,)

@@ -389,7 +389,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
         int(args.offset)  # a bad --offset is reported before anything is asked of the cluster
     require_topic(args, args.topic)
     consumer = Consumer(bootstrap_servers=bootstrap_from_args(args), security=security_from_args(args), group_id=args.group, auto_offset_reset=reset,
-                        zookeeper_connect=_zookeeper(args) if args.group else None, enable_auto_commit=True,
+                        enable_auto_commit=True,
                         auto_commit_interval_ms=1000)
     n = 0
     try:
@@ -450,8 +450,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 def cmd_groups(args: argparse.Namespace) -> int:
-    with AdminClient(bootstrap_from_args(args), zookeeper_connect=_zookeeper(args),
-                     security=security_from_args(args)) as admin:
+    # Groups go through the brokers' group coordinator: bootstrap servers are enough.
+    with AdminClient(bootstrap_from_args(args), security=security_from_args(args)) as admin:
         if args.list:
             groups = admin.list_groups()
             _print(args, groups, "\n".join(groups))

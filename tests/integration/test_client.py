@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from helpers import E, create_topic, leader_of, read_values, wait_for
-from kazoo.client import KazooClient
 
+from client.admin import AdminClient
 from client.consumer import Consumer
 from client.producer import Producer
 from client.structs import TopicPartition
-from proto.zk_data import ConsumersZNode
+from proto import errors
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +69,21 @@ def test_retries_duplicate_only_without_idempotence(cluster, idempotent: bool) -
         assert copies > 1, "without idempotence the retried batch must have been written again"
 
 
-def test_consumer_group_range_assignment_and_failover(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
+def group_owners(bootstrap: str, group: str) -> dict[str, int]:
+    """Partitions per owning member (by client id) as the group coordinator describes the group."""
+    with AdminClient(bootstrap) as admin:
+        try:
+            rows = admin.describe_group(group)
+        except errors.KafkaError:
+            return {}
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r.owner is not None:
+            counts[r.owner] = counts.get(r.owner, 0) + 1
+    return counts
+
+
+def test_consumer_group_range_assignment_and_failover(cluster) -> None:  # type: ignore[no-untyped-def]
     c = cluster.start(1)
     view = cluster.view()
     assert create_topic(view, "grp", partitions=7, replication_factor=1).error_code == E.NONE
@@ -78,29 +92,29 @@ def test_consumer_group_range_assignment_and_failover(cluster, zk_client: KazooC
     with Producer(c.state.bootstrap_servers) as p:
         for i in range(7 * per_partition):
             p.send("grp", f"m{i}".encode(), partition=i % 7)
-    bootstrap, zk = c.state.bootstrap_servers, cluster.zk_connect
+    bootstrap = c.state.bootstrap_servers
 
     # One member in another process, slow (10 records per poll, 10 ms apart), killed with SIGKILL
-    # while it still has records to consume; two members here.
+    # while it still has records to consume; two members here. Groups need bootstrap servers only.
     slow_member = (
         "import sys, time\n"
         "from client.consumer import Consumer\n"
-        "c = Consumer('grp', bootstrap_servers=sys.argv[1], group_id='g', zookeeper_connect=sys.argv[2],\n"
-        "             auto_offset_reset='earliest', auto_commit_interval_ms=100, zookeeper_session_timeout_ms=2000,\n"
+        "c = Consumer('grp', bootstrap_servers=sys.argv[1], group_id='g', auto_offset_reset='earliest',\n"
+        "             auto_commit_interval_ms=100, session_timeout_ms=2000, heartbeat_interval_ms=200,\n"
         "             max_poll_records=10, consumer_id='external')\n"
         "while True:\n"
         "    for r in c.poll(timeout_ms=100):\n"
         "        print(r.partition, r.offset, flush=True)\n"
         "    time.sleep(0.01)\n")
-    member = subprocess.Popen([sys.executable, "-c", slow_member, bootstrap, zk], cwd=ROOT,
+    member = subprocess.Popen([sys.executable, "-c", slow_member, bootstrap], cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
     out_lines: list[str] = []
     reader = threading.Thread(target=lambda: out_lines.extend(member.stdout or []), daemon=True)
     reader.start()
-    consumers = [Consumer("grp", bootstrap_servers=bootstrap, group_id="g", zookeeper_connect=zk,
-                          auto_offset_reset="earliest", consumer_id=f"member-{i}", auto_commit_interval_ms=200,
-                          zookeeper_session_timeout_ms=2000) for i in range(2)]
+    consumers = [Consumer("grp", bootstrap_servers=bootstrap, group_id="g", auto_offset_reset="earliest",
+                          consumer_id=f"member-{i}", auto_commit_interval_ms=200, session_timeout_ms=2000,
+                          heartbeat_interval_ms=200) for i in range(2)]
     seen: dict[str, set[tuple[int, int]]] = {"a": set(), "b": set()}
     stop = threading.Event()
 
@@ -110,32 +124,24 @@ def test_consumer_group_range_assignment_and_failover(cluster, zk_client: KazooC
                 seen[name].add((r.partition, r.offset))
 
     # Let the external member join and consume its first records before the others start reading.
-    wait_for(lambda: len(zk_client.get_children(ConsumersZNode.ids("g"))) == 3, timeout_s=30, what="3 members")
+    wait_for(lambda: group_owners(bootstrap, "g") == {"external": 7}, timeout_s=30, what="the first member")
     threads = [threading.Thread(target=run, args=(cn, n)) for cn, n in zip(consumers, "ab", strict=True)]
     for t in threads:
         t.start()
     try:
-        def owners() -> dict[str, int]:
-            counts: dict[str, int] = {}
-            for p in range(7):
-                path = ConsumersZNode.owner("g", "grp", p)
-                if zk_client.exists(path):
-                    owner = zk_client.get(path)[0].decode()
-                    counts[owner] = counts.get(owner, 0) + 1
-            return counts
-
-        split = wait_for(lambda: (lambda o: o if sum(o.values()) == 7 and len(o) == 3 else None)(owners()),
-                         timeout_s=30, what="all 7 partitions owned by 3 members")
+        split = wait_for(lambda: (lambda o: o if sum(o.values()) == 7 and len(o) == 3 else None)(
+            group_owners(bootstrap, "g")), timeout_s=30, what="all 7 partitions owned by 3 members")
         assert sorted(split.values()) == [2, 2, 3]  # S11.2 / Kafka's range assignment
-        assert split["external"] == 3  # sorted ids: "external" < "member-0" < "member-1"
-        wait_for(lambda: zk_client.exists(ConsumersZNode.offset("g", "grp", 0)), timeout_s=30,
-                 what="the external member to commit progress")
+        assert split["external"] == 3  # sorted member ids: "external-..." < "member-0-..." < "member-1-..."
+        with AdminClient(bootstrap) as admin:
+            wait_for(lambda: any(r.current_offset for r in admin.describe_group("g")), timeout_s=30,
+                     what="the members to commit progress")
         os.killpg(member.pid, signal.SIGKILL)
         member.wait(10)
         reader.join(10)
         assert 0 < len(out_lines) < 3 * per_partition, "the member should die with records left to consume"
-        wait_for(lambda: (lambda o: set(o) == {"member-0", "member-1"} and sum(o.values()) == 7)(owners()),
-                 timeout_s=30, what="the survivors to take over after the session expiry")
+        wait_for(lambda: (lambda o: set(o) == {"member-0", "member-1"} and sum(o.values()) == 7)(
+            group_owners(bootstrap, "g")), timeout_s=30, what="the survivors to take over after the session expiry")
         wait_for(lambda: len(seen["a"] | seen["b"]) + len(out_lines) >= 7 * per_partition, timeout_s=60,
                  what="everything consumed")
     finally:
@@ -165,10 +171,10 @@ def test_cli_round_trip_and_lag(cluster) -> None:  # type: ignore[no-untyped-def
     assert r.returncode == 0, r.stderr
     r = cli("consume", "--topic", "cli", "--group", "cg", "--from-beginning", "--max-messages", "10",
             "--timeout-ms", "10000", "--property", "print.key=true", "--property", "key.separator=:",
-            "--zookeeper", cluster.zk_connect, *common)
+            *common)
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.split()) == sorted(f"k{i}:v{i}" for i in range(10))
-    r = cli("groups", "--describe", "--group", "cg", "--zookeeper", cluster.zk_connect, "--output", "json", *common)
+    r = cli("groups", "--describe", "--group", "cg", "--output", "json", *common)
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     assert sum(row["current_offset"] for row in rows) == 10 and all(row["lag"] == 0 for row in rows)
@@ -189,8 +195,7 @@ BAD_INPUT = [
 def test_bad_cli_input_is_one_line_and_exit_1(cluster) -> None:  # type: ignore[no-untyped-def]
     c = cluster.start(1)
     for args, message in BAD_INPUT:
-        r = cli(*args, "--bootstrap-server", c.state.bootstrap_servers,
-                *(["--zookeeper", cluster.zk_connect] if args[0] in ("groups", "consume") else []))
+        r = cli(*args, "--bootstrap-server", c.state.bootstrap_servers)
         assert r.returncode == 1, (args, r.stderr)
         assert message in r.stderr, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, (args, r.stderr)

@@ -244,7 +244,8 @@ def test_s12_4_zookeeper_znodes_are_writable_only_by_brokers(cluster, zk_connect
                 stray.create(path, b"{}")
         with pytest.raises(NoAuthError):
             stray.get_children("/config/users")  # credentials: brokers only
-        stray.create("/consumers/g/ids/m", b"{}", makepath=True)  # ZooKeeper consumer groups stay open
+        with pytest.raises(NoAuthError):  # committed offsets: written by the group coordinator only
+            stray.create("/consumers/g", b"{}")
     finally:
         stray.stop()
         stray.close()

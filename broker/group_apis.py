@@ -1,0 +1,164 @@
+"""The group APIs over gRPC: authorize (Kafka's operations on Group and Topic resources, SPEC
+S12.3), validate (S13), convert protobuf <-> the coordinator's Kafka-shaped calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.group_coordinator import GROUP_OPERATIONS, GroupCoordinator
+from broker.request_guard import judge_partitions
+from broker.security.authorizer import GROUP, TOPIC
+from broker.security.gatekeeper import Gatekeeper
+from broker.security.principal import RequestContext
+from proto import errors
+from proto import minikafka_pb2 as pb
+
+E = pb.ErrorCode
+GROUP_AUTH: Any = errors.wire_code(errors.GroupAuthorizationFailedError.code)
+MAX_MEMBERS_PROTOCOLS = 64
+MAX_METADATA_BYTES = 1 << 20
+
+
+def _w(code: int) -> Any:
+    return errors.wire_code(code)
+
+
+class GroupApis:
+    def __init__(self, coordinator: GroupCoordinator, gate: Gatekeeper, endpoint: Any,
+                 max_partitions: int) -> None:
+        self.c = coordinator
+        self.gate = gate
+        # endpoint(broker_id, listener) -> pb.BrokerEndpoint | None: the coordinator's address as a
+        # client on this listener reaches it.
+        self.endpoint = endpoint
+        self.max_partitions = max_partitions
+
+    def _group_allowed(self, ctx: RequestContext, api: str, group_id: str) -> bool:
+        return self.gate.allowed(ctx, GROUP_OPERATIONS[api], GROUP, group_id)
+
+    async def find_coordinator(self, req: pb.FindCoordinatorRequest,
+                               ctx: RequestContext) -> pb.FindCoordinatorResponse:
+        if req.key_type != 0:
+            return pb.FindCoordinatorResponse(error_code=E.INVALID_REQUEST, node_id=-1)
+        if not self._group_allowed(ctx, "FindCoordinator", req.key):
+            return pb.FindCoordinatorResponse(error_code=GROUP_AUTH, node_id=-1)
+        code, broker = self.c.find_coordinator(req.key)
+        if code != 0:
+            return pb.FindCoordinatorResponse(error_code=_w(code), node_id=-1)
+        ep = self.endpoint(broker, ctx.listener)
+        if ep is None:
+            return pb.FindCoordinatorResponse(error_code=E.COORDINATOR_NOT_AVAILABLE, node_id=-1)
+        return pb.FindCoordinatorResponse(node_id=broker, host=ep.host, port=ep.port)
+
+    async def join_group(self, req: pb.JoinGroupRequest, ctx: RequestContext) -> pb.JoinGroupResponse:
+        if not self._group_allowed(ctx, "JoinGroup", req.group_id):
+            return pb.JoinGroupResponse(error_code=GROUP_AUTH, generation_id=-1)
+        if len(req.protocols) > MAX_MEMBERS_PROTOCOLS or \
+                sum(len(p.metadata) for p in req.protocols) > MAX_METADATA_BYTES:
+            return pb.JoinGroupResponse(error_code=E.INVALID_REQUEST, generation_id=-1)
+        r = await self.c.join_group(req.group_id, req.member_id, req.client_id, ctx.host, req.protocol_type,
+                                    [(p.name, p.metadata) for p in req.protocols], req.session_timeout_ms,
+                                    req.rebalance_timeout_ms)
+        return pb.JoinGroupResponse(error_code=_w(r.error_code), generation_id=r.generation_id,
+                                    protocol_name=r.protocol_name, leader=r.leader_id, member_id=r.member_id,
+                                    members=[pb.JoinGroupMember(member_id=m, metadata=md) for m, md in r.members])
+
+    async def sync_group(self, req: pb.SyncGroupRequest, ctx: RequestContext) -> pb.SyncGroupResponse:
+        if not self._group_allowed(ctx, "SyncGroup", req.group_id):
+            return pb.SyncGroupResponse(error_code=GROUP_AUTH)
+        if sum(len(a.assignment) for a in req.assignments) > MAX_METADATA_BYTES * 4:
+            return pb.SyncGroupResponse(error_code=E.INVALID_REQUEST)
+        r = await self.c.sync_group(req.group_id, req.generation_id, req.member_id,
+                                    {a.member_id: a.assignment for a in req.assignments})
+        return pb.SyncGroupResponse(error_code=_w(r.error_code), assignment=r.assignment)
+
+    async def heartbeat(self, req: pb.HeartbeatRequest, ctx: RequestContext) -> pb.HeartbeatResponse:
+        if not self._group_allowed(ctx, "Heartbeat", req.group_id):
+            return pb.HeartbeatResponse(error_code=GROUP_AUTH)
+        return pb.HeartbeatResponse(error_code=_w(await self.c.heartbeat(req.group_id, req.generation_id,
+                                                                         req.member_id)))
+
+    async def leave_group(self, req: pb.LeaveGroupRequest, ctx: RequestContext) -> pb.LeaveGroupResponse:
+        if not self._group_allowed(ctx, "LeaveGroup", req.group_id):
+            return pb.LeaveGroupResponse(error_code=GROUP_AUTH)
+        return pb.LeaveGroupResponse(error_code=_w(await self.c.leave_group(req.group_id, req.member_id)))
+
+    async def offset_commit(self, req: pb.OffsetCommitRequest, ctx: RequestContext) -> pb.OffsetCommitResponse:
+        entries = [(t.name, p.partition) for t in req.topics for p in t.partitions]
+        verdicts = judge_partitions(entries, self.max_partitions)
+        group_ok = self._group_allowed(ctx, "OffsetCommit", req.group_id)
+        wanted: dict[tuple[str, int], int] = {}
+        codes: dict[tuple[str, int], int] = {}
+        offsets = [p.offset for t in req.topics for p in t.partitions]
+        for tp, verdict, offset in zip(entries, verdicts, offsets, strict=True):
+            if not group_ok:
+                codes[tp] = errors.GroupAuthorizationFailedError.code
+            elif verdict != E.NONE:
+                codes[tp] = verdict
+            elif not self.gate.allowed(ctx, "Read", TOPIC, tp[0]):
+                codes[tp] = errors.TopicAuthorizationFailedError.code
+            else:
+                wanted[tp] = offset
+        if wanted:
+            codes.update(await self.c.commit_offsets(req.group_id, req.generation_id, req.member_id, wanted))
+        resp = pb.OffsetCommitResponse()
+        for t in req.topics:
+            rt = resp.topics.add(name=t.name)
+            for p in t.partitions:
+                rt.partitions.add(partition=p.partition, error_code=_w(codes.get((t.name, p.partition), 0)))
+        return resp
+
+    async def offset_fetch(self, req: pb.OffsetFetchRequest, ctx: RequestContext) -> pb.OffsetFetchResponse:
+        if not self._group_allowed(ctx, "OffsetFetch", req.group_id):
+            return pb.OffsetFetchResponse(error_code=GROUP_AUTH)
+        entries = [(t.name, p) for t in req.topics for p in t.partitions]
+        verdicts = judge_partitions(entries, self.max_partitions)
+        code, found = await self.c.fetch_offsets(req.group_id, entries if req.topics else None)
+        resp = pb.OffsetFetchResponse(error_code=_w(code))
+        if code != 0:
+            return resp
+        if not req.topics:
+            by_topic: dict[str, list[tuple[int, int]]] = {}
+            for (topic, part), off in sorted(found.items()):
+                if self.gate.allowed(ctx, "Describe", TOPIC, topic):
+                    by_topic.setdefault(topic, []).append((part, off))
+            for topic, parts in by_topic.items():
+                rt = resp.topics.add(name=topic)
+                for part, off in parts:
+                    rt.partitions.add(partition=part, committed_offset=off)
+            return resp
+        i = 0
+        for t in req.topics:
+            rt = resp.topics.add(name=t.name)
+            topic_ok = self.gate.allowed(ctx, "Describe", TOPIC, t.name)
+            for p in t.partitions:
+                verdict = verdicts[i]
+                i += 1
+                if verdict != E.NONE or not topic_ok:
+                    rt.partitions.add(partition=p, committed_offset=-1, error_code=verdict if verdict != E.NONE
+                                      else E.TOPIC_AUTHORIZATION_FAILED)
+                else:
+                    rt.partitions.add(partition=p, committed_offset=found.get((t.name, p), -1))
+        return resp
+
+    async def list_groups(self, req: pb.ListGroupsRequest, ctx: RequestContext) -> pb.ListGroupsResponse:
+        code, groups = await self.c.list_groups()
+        cluster_ok = self.gate.cluster_allowed(ctx, "Describe")
+        return pb.ListGroupsResponse(error_code=_w(code), groups=[
+            pb.ListedGroup(group_id=g, protocol_type=pt) for g, pt in groups
+            if cluster_ok or self.gate.allowed(ctx, "Describe", GROUP, g)])
+
+    async def describe_groups(self, req: pb.DescribeGroupsRequest,
+                              ctx: RequestContext) -> pb.DescribeGroupsResponse:
+        resp = pb.DescribeGroupsResponse()
+        for group_id in list(req.groups)[:self.max_partitions]:
+            if not self._group_allowed(ctx, "DescribeGroups", group_id):
+                resp.groups.add(group_id=group_id, error_code=GROUP_AUTH)
+                continue
+            code, d = await self.c.describe_group(group_id)
+            g = resp.groups.add(group_id=group_id, error_code=_w(code), group_state=d.state,
+                                protocol_type=d.protocol_type, protocol_data=d.protocol)
+            for m in d.members:
+                g.members.add(member_id=m.member_id, client_id=m.client_id, client_host=m.client_host,
+                              member_metadata=m.metadata, member_assignment=m.assignment)
+        return resp

@@ -1,0 +1,437 @@
+"""The group coordinator's pure core (Kafka 2.x ``GroupCoordinator`` + ``GroupMetadata``).
+
+Theory of operation
+-------------------
+No I/O, no clock, no randomness: every call takes ``now_ms`` (and, for a new
+member, the id the shell generated) and returns what to answer. Answers that
+must wait for other members (JoinGroup waits for the join barrier, SyncGroup
+for the leader's assignment) come back later as ``Completion`` values from
+whichever call (or ``tick``) released them; the shell holds one future per
+(group, member, api) and resolves it with the completion.
+
+A group moves through Kafka's states::
+
+    Empty --join--> PreparingRebalance --all joined / rebalance timeout--> CompletingRebalance
+    CompletingRebalance --leader's SyncGroup--> Stable
+    Stable | CompletingRebalance --join of a new member / changed member, leave,
+                                   session timeout--> PreparingRebalance
+    PreparingRebalance --last member gone--> Empty
+    any --offsets expired/group deleted--> Dead (not used: offsets live in ZooKeeper)
+
+* Join barrier: in PreparingRebalance the join completes once every known
+  member has sent JoinGroup, or when the rebalance timeout (the largest of the
+  members') runs out; members that did not rejoin by then are removed. The
+  generation is then incremented, the first member to have joined (or the
+  previous leader if it rejoined) becomes leader and alone receives every
+  member's subscription metadata; the protocol is the first of the leader's
+  that every member supports.
+* Sync barrier: followers' SyncGroup waits until the leader's SyncGroup brings
+  the assignment of every member; then all get theirs and the group is Stable.
+* Liveness: a member is alive while it heartbeats within its session timeout;
+  a member parked in JoinGroup is kept alive (its answer is what it waits for).
+* Offsets: OffsetCommit is fenced by generation and member id (ILLEGAL_GENERATION,
+  UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS while the group awaits its
+  assignment). A commit with generation -1 and no member id is accepted only
+  for an Empty group (the admin's reset-offsets, a consumer without a group
+  protocol). ``commit_offsets`` only validates: the shell writes ZooKeeper and
+  then calls ``offsets_committed`` so the cache never runs ahead of storage.
+
+Error codes are Kafka's (proto/errors.py): ``NONE`` = 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from proto import errors
+
+EMPTY: Final = "Empty"
+PREPARING_REBALANCE: Final = "PreparingRebalance"
+COMPLETING_REBALANCE: Final = "CompletingRebalance"
+STABLE: Final = "Stable"
+DEAD: Final = "Dead"
+
+NONE: Final = 0
+UNKNOWN_MEMBER_ID: Final = errors.UnknownMemberIdError.code
+ILLEGAL_GENERATION: Final = errors.IllegalGenerationError.code
+REBALANCE_IN_PROGRESS: Final = errors.RebalanceInProgressError.code
+INCONSISTENT_GROUP_PROTOCOL: Final = errors.InconsistentGroupProtocolError.code
+INVALID_SESSION_TIMEOUT: Final = errors.InvalidSessionTimeoutError.code
+
+JOIN: Final = "join"
+SYNC: Final = "sync"
+
+
+@dataclass(frozen=True)
+class MemberMetadata:
+    member_id: str
+    client_id: str
+    client_host: str
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    last_heartbeat_ms: int
+    assignment: bytes = b""
+    awaiting_join: bool = False
+    awaiting_sync: bool = False
+
+    def metadata(self, protocol: str) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+    def supports(self, protocol: str) -> bool:
+        return any(name == protocol for name, _ in self.protocols)
+
+
+@dataclass(frozen=True)
+class JoinGroupResult:
+    error_code: int
+    generation_id: int = -1
+    protocol_name: str = ""
+    leader_id: str = ""
+    member_id: str = ""
+    # (member id, metadata) of every member: only in the leader's answer.
+    members: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class SyncGroupResult:
+    error_code: int
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A parked request's answer: ``api`` is JOIN or SYNC."""
+    group_id: str
+    member_id: str
+    api: str
+    result: JoinGroupResult | SyncGroupResult
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...]
+
+
+@dataclass
+class GroupMetadata:
+    """One group's mutable state (owned by the core; values handed out are frozen)."""
+    group_id: str
+    state: str = EMPTY
+    generation_id: int = 0
+    protocol_type: str = ""
+    protocol: str = ""
+    leader_id: str = ""
+    members: dict[str, MemberMetadata] = field(default_factory=dict)
+    # Join order: the first joined member leads a new generation.
+    join_order: list[str] = field(default_factory=list)
+    rebalance_deadline_ms: int = 0
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def describe(self) -> GroupDescription:
+        return GroupDescription(self.group_id, self.state, self.protocol_type,
+                                self.protocol if self.state in (STABLE, COMPLETING_REBALANCE) else "",
+                                tuple(MemberDescription(m.member_id, m.client_id, m.client_host,
+                                                        m.metadata(self.protocol), m.assignment)
+                                      for m in sorted(self.members.values(), key=lambda m: m.member_id)))
+
+
+@dataclass(frozen=True)
+class CoordinatorLimits:
+    """Kafka's group.min/max.session.timeout.ms and group.max.size (SPEC S13.4: bounded)."""
+    min_session_timeout_ms: int = 1000
+    max_session_timeout_ms: int = 300_000
+    max_group_size: int = 1000
+
+
+class GroupStateMachine:
+    """Every group this coordinator owns. Methods return (immediate answer, released completions)."""
+
+    def __init__(self, limits: CoordinatorLimits | None = None) -> None:
+        self.limits = limits or CoordinatorLimits()
+        self.groups: dict[str, GroupMetadata] = {}
+
+    # ------------------------------------------------------------ loading (coordinator failover)
+
+    def is_loaded(self, group_id: str) -> bool:
+        return group_id in self.groups
+
+    def load(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
+        """A group this coordinator just took over: its committed offsets from storage."""
+        if group_id not in self.groups:
+            self.groups[group_id] = GroupMetadata(group_id, offsets=dict(offsets))
+
+    def unload(self, group_id: str, now_ms: int) -> list[Completion]:
+        """No longer the coordinator: parked requests are answered NOT_COORDINATOR."""
+        g = self.groups.pop(group_id, None)
+        if g is None:
+            return []
+        code = errors.NotCoordinatorError.code
+        out: list[Completion] = []
+        for m in g.members.values():
+            if m.awaiting_join:
+                out.append(Completion(group_id, m.member_id, JOIN, JoinGroupResult(code, member_id=m.member_id)))
+            if m.awaiting_sync:
+                out.append(Completion(group_id, m.member_id, SYNC, SyncGroupResult(code)))
+        return out
+
+    def _group(self, group_id: str) -> GroupMetadata:
+        g = self.groups.get(group_id)
+        if g is None:
+            g = self.groups[group_id] = GroupMetadata(group_id)
+        return g
+
+    # ------------------------------------------------------------ JoinGroup
+
+    def join(self, group_id: str, member_id: str, new_member_id: str, client_id: str, client_host: str,
+             protocol_type: str, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
+             rebalance_timeout_ms: int, now_ms: int) -> tuple[JoinGroupResult | None, list[Completion]]:
+        """None as the answer: the member is parked until a completion carries its JoinGroupResult."""
+        lim = self.limits
+        if not lim.min_session_timeout_ms <= session_timeout_ms <= lim.max_session_timeout_ms:
+            return JoinGroupResult(INVALID_SESSION_TIMEOUT, member_id=member_id), []
+        if not protocols or not protocol_type:
+            return JoinGroupResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id), []
+        g = self._group(group_id)
+        if g.state == DEAD:
+            return JoinGroupResult(errors.CoordinatorNotAvailableError.code, member_id=member_id), []
+        if g.members and (protocol_type != g.protocol_type
+                          or not self._protocol_candidates(g, [p for p, _ in protocols])):
+            return JoinGroupResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id), []
+        rebalance_timeout_ms = max(rebalance_timeout_ms, session_timeout_ms) if rebalance_timeout_ms <= 0 \
+            else rebalance_timeout_ms
+        out: list[Completion] = []
+        if member_id and member_id not in g.members:
+            return JoinGroupResult(UNKNOWN_MEMBER_ID, member_id=member_id), []
+        if not member_id:
+            if len(g.members) >= lim.max_group_size:
+                return JoinGroupResult(errors.GroupMaxSizeReachedError.code), []
+            member_id = new_member_id
+            m = MemberMetadata(member_id, client_id, client_host, protocol_type, tuple(protocols),
+                               session_timeout_ms, rebalance_timeout_ms, now_ms, awaiting_join=True)
+            g.members[member_id] = m
+            g.join_order.append(member_id)
+            g.protocol_type = protocol_type
+            if g.state != PREPARING_REBALANCE:
+                out += self._prepare_rebalance(g, now_ms)
+            else:
+                g.rebalance_deadline_ms = max(g.rebalance_deadline_ms, now_ms + rebalance_timeout_ms)
+            out += self._maybe_complete_join(g, now_ms)
+            return None, out
+        old = g.members[member_id]
+        changed = old.protocols != tuple(protocols)
+        m = replace(old, client_id=client_id, client_host=client_host, protocols=tuple(protocols),
+                    session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+                    last_heartbeat_ms=now_ms)
+        if old.awaiting_join:
+            # A retried JoinGroup replaces the parked one, which is answered as superseded.
+            out.append(Completion(group_id, member_id, JOIN, JoinGroupResult(errors.RebalanceInProgressError.code,
+                                                                             member_id=member_id)))
+        if g.state in (STABLE, COMPLETING_REBALANCE) and not changed and member_id != g.leader_id:
+            # Nothing new: the current generation stands (Kafka answers at once).
+            g.members[member_id] = m
+            return self._join_result(g, member_id), out
+        if g.state == STABLE and not changed and member_id == g.leader_id:
+            pass  # the leader asks for a new assignment (e.g. its metadata changed): rebalance
+        g.members[member_id] = replace(m, awaiting_join=True)
+        if member_id not in g.join_order:
+            g.join_order.append(member_id)
+        if g.state != PREPARING_REBALANCE:
+            out += self._prepare_rebalance(g, now_ms)
+        out += self._maybe_complete_join(g, now_ms)
+        return None, out
+
+    def _protocol_candidates(self, g: GroupMetadata, offered: list[str]) -> list[str]:
+        return [p for p in offered if all(m.supports(p) for m in g.members.values())]
+
+    def _prepare_rebalance(self, g: GroupMetadata, now_ms: int) -> list[Completion]:
+        out: list[Completion] = []
+        if g.state == COMPLETING_REBALANCE:
+            # The assignment being computed is for a membership that no longer holds.
+            for mid, m in list(g.members.items()):
+                if m.awaiting_sync:
+                    g.members[mid] = replace(m, awaiting_sync=False)
+                    out.append(Completion(g.group_id, mid, SYNC, SyncGroupResult(REBALANCE_IN_PROGRESS)))
+        g.state = PREPARING_REBALANCE
+        g.rebalance_deadline_ms = now_ms + max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
+        return out
+
+    def _maybe_complete_join(self, g: GroupMetadata, now_ms: int, force: bool = False) -> list[Completion]:
+        if g.state != PREPARING_REBALANCE:
+            return []
+        if not force and not all(m.awaiting_join for m in g.members.values()):
+            return []
+        for mid in [mid for mid, m in g.members.items() if not m.awaiting_join]:
+            self._remove(g, mid)  # did not rejoin within the rebalance timeout
+        g.generation_id += 1
+        if not g.members:
+            g.state, g.protocol, g.leader_id, g.protocol_type = EMPTY, "", "", ""
+            return []
+        joined = [mid for mid in g.join_order if mid in g.members]
+        if g.leader_id not in g.members:
+            g.leader_id = joined[0]
+        leader = g.members[g.leader_id]
+        g.protocol = self._protocol_candidates(g, [p for p, _ in leader.protocols])[0]
+        g.state = COMPLETING_REBALANCE
+        out: list[Completion] = []
+        for mid in joined:
+            g.members[mid] = replace(g.members[mid], awaiting_join=False, assignment=b"", last_heartbeat_ms=now_ms)
+        for mid in joined:
+            out.append(Completion(g.group_id, mid, JOIN, self._join_result(g, mid)))
+        return out
+
+    def _join_result(self, g: GroupMetadata, member_id: str) -> JoinGroupResult:
+        members = tuple((mid, g.members[mid].metadata(g.protocol)) for mid in g.join_order if mid in g.members) \
+            if member_id == g.leader_id else ()
+        return JoinGroupResult(NONE, g.generation_id, g.protocol, g.leader_id, member_id, members)
+
+    def _remove(self, g: GroupMetadata, member_id: str) -> None:
+        g.members.pop(member_id, None)
+        if member_id in g.join_order:
+            g.join_order.remove(member_id)
+
+    # ------------------------------------------------------------ SyncGroup
+
+    def sync(self, group_id: str, generation_id: int, member_id: str, assignments: dict[str, bytes],
+             now_ms: int) -> tuple[SyncGroupResult | None, list[Completion]]:
+        g = self.groups.get(group_id)
+        if g is None or member_id not in g.members:
+            return SyncGroupResult(UNKNOWN_MEMBER_ID), []
+        if generation_id != g.generation_id:
+            return SyncGroupResult(ILLEGAL_GENERATION), []
+        m = g.members[member_id]
+        if g.state == PREPARING_REBALANCE:
+            return SyncGroupResult(REBALANCE_IN_PROGRESS), []
+        g.members[member_id] = replace(m, last_heartbeat_ms=now_ms)
+        if g.state == STABLE:
+            return SyncGroupResult(NONE, g.members[member_id].assignment), []
+        # CompletingRebalance: park until the leader brings the assignment.
+        g.members[member_id] = replace(g.members[member_id], awaiting_sync=True)
+        if member_id != g.leader_id:
+            return None, []
+        out: list[Completion] = []
+        for mid, mm in list(g.members.items()):
+            g.members[mid] = replace(mm, assignment=assignments.get(mid, b""), awaiting_sync=False)
+            if mm.awaiting_sync and mid != member_id:
+                out.append(Completion(group_id, mid, SYNC, SyncGroupResult(NONE, g.members[mid].assignment)))
+        g.state = STABLE
+        return SyncGroupResult(NONE, g.members[member_id].assignment), out
+
+    # ------------------------------------------------------------ Heartbeat, LeaveGroup, timeouts
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> int:
+        g = self.groups.get(group_id)
+        if g is None or member_id not in g.members:
+            return UNKNOWN_MEMBER_ID
+        g.members[member_id] = replace(g.members[member_id], last_heartbeat_ms=now_ms)
+        if g.state == PREPARING_REBALANCE:
+            return REBALANCE_IN_PROGRESS  # the member must rejoin
+        if generation_id != g.generation_id:
+            return ILLEGAL_GENERATION
+        return NONE
+
+    def leave(self, group_id: str, member_id: str, now_ms: int) -> tuple[int, list[Completion]]:
+        g = self.groups.get(group_id)
+        if g is None or member_id not in g.members:
+            return UNKNOWN_MEMBER_ID, []
+        return NONE, self._member_gone(g, member_id, now_ms)
+
+    def _member_gone(self, g: GroupMetadata, member_id: str, now_ms: int) -> list[Completion]:
+        m = g.members[member_id]
+        out: list[Completion] = []
+        if m.awaiting_join:
+            out.append(Completion(g.group_id, member_id, JOIN, JoinGroupResult(UNKNOWN_MEMBER_ID,
+                                                                              member_id=member_id)))
+        if m.awaiting_sync:
+            out.append(Completion(g.group_id, member_id, SYNC, SyncGroupResult(UNKNOWN_MEMBER_ID)))
+        self._remove(g, member_id)
+        if g.state in (STABLE, COMPLETING_REBALANCE):
+            out += self._prepare_rebalance(g, now_ms)
+        if g.state == PREPARING_REBALANCE:
+            out += self._maybe_complete_join(g, now_ms)
+        return out
+
+    def tick(self, now_ms: int) -> list[Completion]:
+        """Session timeouts (members that stopped heartbeating) and rebalance timeouts."""
+        out: list[Completion] = []
+        for g in list(self.groups.values()):
+            for mid, m in list(g.members.items()):
+                if mid in g.members and not m.awaiting_join and now_ms - m.last_heartbeat_ms > m.session_timeout_ms:
+                    out += self._member_gone(g, mid, now_ms)
+            if g.state == PREPARING_REBALANCE and now_ms >= g.rebalance_deadline_ms:
+                out += self._maybe_complete_join(g, now_ms, force=True)
+        return out
+
+    def next_deadline_ms(self) -> int | None:
+        """When ``tick`` next has something to do (the shell sleeps until then, bounded)."""
+        times = [m.last_heartbeat_ms + m.session_timeout_ms + 1 for g in self.groups.values()
+                 for m in g.members.values() if not m.awaiting_join]
+        times += [g.rebalance_deadline_ms for g in self.groups.values() if g.state == PREPARING_REBALANCE]
+        return min(times, default=None)
+
+    # ------------------------------------------------------------ offsets
+
+    def commit_offsets(self, group_id: str, generation_id: int, member_id: str) -> int:
+        """NONE when the commit may be written (the shell then writes and calls offsets_committed)."""
+        g = self.groups.get(group_id)
+        if generation_id < 0 and not member_id:
+            return NONE if g is None or g.state == EMPTY else errors.IllegalGenerationError.code
+        if g is None or member_id not in g.members:
+            return UNKNOWN_MEMBER_ID
+        if generation_id != g.generation_id:
+            return ILLEGAL_GENERATION
+        if g.state == COMPLETING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        return NONE
+
+    def offsets_committed(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
+        self._group(group_id).offsets.update(offsets)
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], int]:
+        """Committed offsets (all of the group's when ``partitions`` is None); absent = none committed."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return {}
+        if partitions is None:
+            return dict(g.offsets)
+        return {tp: g.offsets[tp] for tp in partitions if tp in g.offsets}
+
+    def describe(self, group_id: str) -> GroupDescription:
+        g = self.groups.get(group_id)
+        return g.describe() if g is not None else GroupDescription(group_id, DEAD, "", "", ())
+
+    def list_groups(self) -> list[tuple[str, str]]:
+        """(group id, protocol type) of every group loaded here."""
+        return sorted((g.group_id, g.protocol_type) for g in self.groups.values())
+
+
+def coordinator_for(group_id: str, live_brokers: list[int]) -> int:
+    """The broker that coordinates ``group_id``: every broker and client computes the same.
+
+    Kafka hashes the group id onto a partition of ``__consumer_offsets`` and takes its leader.
+    Here the offsets live in ZooKeeper, so the rule is over the sorted live broker ids:
+    ``crc32(group_id) % len(brokers)`` (crc32, not ``hash()``, which Python salts per process).
+    A broker failure moves the groups it coordinated; the new coordinator loads their offsets
+    from ZooKeeper on first use.
+    """
+    import zlib
+
+    if not live_brokers:
+        return -1
+    brokers = sorted(live_brokers)
+    return brokers[zlib.crc32(group_id.encode()) % len(brokers)]
