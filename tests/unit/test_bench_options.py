@@ -3,7 +3,16 @@ throughput cases keep their own linger, so the two must be separate settings."""
 
 from __future__ import annotations
 
-from bench.replication_bench import build_parser, rate_linger_ms
+import importlib.util
+from pathlib import Path
+
+# bench/ holds scripts, not an installed package: load the file itself (any working directory).
+_spec = importlib.util.spec_from_file_location(
+    "replication_bench", Path(__file__).resolve().parents[2] / "bench" / "replication_bench.py")
+assert _spec is not None and _spec.loader is not None
+_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_bench)
+build_parser, rate_linger_ms = _bench.build_parser, _bench.rate_linger_ms
 
 
 def test_rate_runs_take_their_own_linger() -> None:
