@@ -53,7 +53,7 @@ from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import SERVER_OPTIONS
 from proto.scram import MECHANISM, ScramCredential
-from proto.zk_client import BrokerIdInUseError, KafkaZkClient, read_digest
+from proto.zk_client import BrokerIdInUseError, KafkaZkClient, is_zookeeper_unavailable, read_digest
 from proto.zk_data import AclChangesZNode, BrokerRegistration, ConfigChangesZNode, Endpoint
 
 log = logging.getLogger(__name__)
@@ -697,7 +697,13 @@ async def answer_typed(api: str, call: Awaitable[R], request: Any) -> R:
         log.info("%s refused: %s", api, e)
         resp: R = error_response(api, request, e.code)
         return resp
-    except Exception:
+    except Exception as e:
+        if is_zookeeper_unavailable(e):
+            # The session is expiring or reconnecting (a paused broker, a ZooKeeper outage): a
+            # retriable answer, as Kafka's admin manager times out, not an unexplained server error.
+            log.warning("%s: ZooKeeper unavailable (%r); answering REQUEST_TIMED_OUT", api, e)
+            resp = error_response(api, request, errors.RequestTimedOutError.code)
+            return resp
         log.exception("%s failed unexpectedly; answering UNKNOWN_SERVER_ERROR", api)
         resp = error_response(api, request, errors.UnknownServerError.code)
         return resp

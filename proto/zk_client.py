@@ -31,14 +31,17 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
+    ConnectionClosedError,
     ConnectionLoss,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
     OperationTimeoutError,
     RolledBackError,
+    SessionExpiredError,
 )
 from kazoo.protocol.states import ZnodeStat
+from kazoo.retry import RetryFailedError
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
 from proto.errors import KafkaError, TopicAlreadyExistsError
@@ -83,6 +86,13 @@ class ZkState:
 
 class BrokerIdInUseError(KafkaError):
     """Another live broker holds this broker.id."""
+
+
+def is_zookeeper_unavailable(e: BaseException) -> bool:
+    """A call failed only because this process's ZooKeeper session is lost, expired or
+    reconnecting: the same request may succeed shortly (a broker answers it with a retriable error)."""
+    return isinstance(e, ConnectionLoss | SessionExpiredError | ConnectionClosedError | OperationTimeoutError
+                      | RetryFailedError)
 
 
 class ZooKeeperUnreachableError(KafkaError):

@@ -109,12 +109,22 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.valid and result["replicas_identical"] else 1
 
 
+REMOVE_TOPIC_TIMEOUT_S = 30.0
+
+
 def _remove_topic(state: ClusterState, topic: str, keep: bool) -> str:
     if keep:
         return f"kept topic {topic} (--keep-topic)"
-    try:
-        with AdminClient(state.bootstrap_servers, security=state.client_security()) as admin:
-            admin.delete_topics([topic])
-    except errors.KafkaError as e:
-        return f"could not remove topic {topic}: {e}"
-    return f"removed topic {topic} (--keep-topic keeps it)"
+    # Right after the faults heal a broker may still be re-establishing its ZooKeeper session and
+    # answer a retriable error: try again for a bounded while before giving up.
+    deadline = time.monotonic() + REMOVE_TOPIC_TIMEOUT_S
+    for _attempt in range(100):
+        try:
+            with AdminClient(state.bootstrap_servers, security=state.client_security()) as admin:
+                admin.delete_topics([topic])
+            return f"removed topic {topic} (--keep-topic keeps it)"
+        except errors.KafkaError as e:
+            if not e.retriable or time.monotonic() >= deadline:
+                return f"could not remove topic {topic}: {e}"
+            time.sleep(0.5)
+    return f"could not remove topic {topic}: still failing after 100 attempts"

@@ -55,3 +55,21 @@ def test_byte_budget_waits_for_room_and_lets_an_oversized_request_through_alone(
         return events
 
     assert asyncio.run(scenario()) == ["release", "second"]
+
+
+def test_a_lost_zookeeper_session_is_a_retriable_answer_not_an_unknown_error() -> None:
+    """A broker resumed after a pause meets its expired session mid-request (seen in the chaos
+    Ctrl-C test): the admin request gets REQUEST_TIMED_OUT, which clients retry."""
+    from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+
+    from broker.server import answer_typed
+
+    async def fails(e: Exception) -> pb.DeleteTopicsResponse:
+        raise e
+
+    req = pb.DeleteTopicsRequest(topic_names=["t"])
+    for e in (SessionExpiredError(), ConnectionLoss()):
+        resp = asyncio.run(answer_typed("DeleteTopics", fails(e), req))
+        assert [r.error_code for r in resp.responses] == [pb.ErrorCode.REQUEST_TIMED_OUT]
+    resp = asyncio.run(answer_typed("DeleteTopics", fails(RuntimeError("bug")), req))
+    assert [r.error_code for r in resp.responses] == [pb.ErrorCode.UNKNOWN_SERVER_ERROR]
