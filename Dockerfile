@@ -15,7 +15,7 @@ COPY client ./client
 COPY spark_jobs ./spark_jobs
 RUN pip wheel --no-deps --wheel-dir /wheels . \
  && python -c "import zipfile,glob,sys; n=zipfile.ZipFile(glob.glob('/wheels/*.whl')[0]).namelist(); \
-sys.exit(0 if any('_codec' in x for x in n) else 'the compiled codec is missing from the wheel')"
+sys.exit(0 if all(any(m in x for x in n) for m in ('_codec', '_columnar')) else 'a compiled codec is missing from the wheel')"
 
 FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1

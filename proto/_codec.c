@@ -507,7 +507,7 @@ static PyObject *py_validate(PyObject *self, PyObject *args) {
             goto fail;
         }
         int codec = attributes & CODEC_MASK;
-        if (codec != 0 && codec != 1 && codec != 4) {
+        if (codec < 0 || codec > 4) {  /* none, gzip, snappy, lz4, zstd */
             PyErr_Format(UnsupportedCodec, "compression codec %d is not supported", codec);
             goto fail;
         }

@@ -43,6 +43,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
+import cramjam
 import crc32c as _crc32c_mod
 import zstandard
 
@@ -84,8 +85,10 @@ COMPRESSION_GZIP: Final = 1
 COMPRESSION_SNAPPY: Final = 2
 COMPRESSION_LZ4: Final = 3
 COMPRESSION_ZSTD: Final = 4
-SUPPORTED_CODECS: Final = frozenset({COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_ZSTD})
-CODEC_BY_NAME: Final = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "zstd": COMPRESSION_ZSTD}
+SUPPORTED_CODECS: Final = frozenset({COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4,
+                                     COMPRESSION_ZSTD})
+CODEC_BY_NAME: Final = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
+                        "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD}
 
 TIMESTAMP_TYPE_MASK: Final = 0x08  # 0 = CreateTime, 1 = LogAppendTime
 TRANSACTIONAL_MASK: Final = 0x10
@@ -526,7 +529,125 @@ def _compress(codec: int, data: bytes) -> bytes:
         return gzip.compress(data, compresslevel=6, mtime=0)
     if codec == COMPRESSION_ZSTD:
         return zstandard.ZstdCompressor(level=3).compress(data)
+    if codec == COMPRESSION_SNAPPY:
+        return _snappy_compress(data)
+    if codec == COMPRESSION_LZ4:
+        # Independent blocks, as Kafka's KafkaLZ4BlockOutputStream writes them (Java readers refuse
+        # linked blocks); cramjam's one-shot compress() would link them.
+        c = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+        c.compress(data)
+        return bytes(c.finish())
     raise UnsupportedCompressionTypeError(f"compression codec {codec} is not supported")
+
+
+# Snappy as Kafka's Java client writes it: snappy-java's xerial framing (magic, version 1,
+# compatible version 1, then blocks of [4-byte big-endian length][raw snappy]). librdkafka and
+# some others write one raw snappy block; both are read.
+_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+_XERIAL_HEADER: Final = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK: Final = 32 * 1024
+
+
+def _snappy_compress(data: bytes) -> bytes:
+    parts = [_XERIAL_HEADER]
+    for i in range(0, len(data), _XERIAL_BLOCK):
+        raw = bytes(cramjam.snappy.compress_raw(data[i:i + _XERIAL_BLOCK]))
+        parts.append(struct.pack(">i", len(raw)))
+        parts.append(raw)
+    return b"".join(parts)
+
+
+def _snappy_block(block: bytes, room: int, what: str) -> bytes:
+    """One raw snappy block, its claimed length checked against what is left of the bound first."""
+    try:
+        claimed = cramjam.snappy.decompress_raw_len(block)
+        if claimed > room:
+            raise MessageTooLargeError(f"{what} decompresses to more than the bound")
+        return bytes(cramjam.snappy.decompress_raw(block))
+    except cramjam.DecompressionError as e:
+        raise CorruptMessageError(f"{what}: cannot decompress snappy payload: {e}") from None
+
+
+def _snappy_decompress_bounded(data: bytes, limit: int, what: str) -> bytes:
+    if not data.startswith(_XERIAL_MAGIC):
+        return _snappy_block(data, limit, what)
+    if len(data) < len(_XERIAL_HEADER):
+        raise CorruptMessageError(f"{what}: truncated snappy framing header")
+    parts: list[bytes] = []
+    got = 0
+    pos = len(_XERIAL_HEADER)
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CorruptMessageError(f"{what}: truncated snappy block length")
+        (n,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if n < 0 or pos + n > len(data):
+            raise CorruptMessageError(f"{what}: snappy block of {n} bytes does not fit the payload")
+        chunk = _snappy_block(data[pos:pos + n], limit - got, what)
+        pos += n
+        got += len(chunk)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+_LZ4_MAGIC: Final = b"\x04\x22\x4d\x18"
+_LZ4_MAX_BLOCK: Final = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
+
+
+def _lz4_decompress_bounded(data: bytes, limit: int, what: str) -> bytes:
+    """An LZ4 frame (Kafka's framing for magic 2), block by block: each block holds at most the
+    frame's maximum block size, so the output is checked against ``limit`` as it grows."""
+    if len(data) < 7 or not data.startswith(_LZ4_MAGIC):
+        raise CorruptMessageError(f"{what}: not an LZ4 frame")
+    flg, bd = data[4], data[5]
+    max_block = _LZ4_MAX_BLOCK.get((bd >> 4) & 7)
+    if flg >> 6 != 1 or max_block is None:
+        raise CorruptMessageError(f"{what}: unsupported LZ4 frame header")
+    pos = 6
+    if flg & 0x08:  # content size
+        if int.from_bytes(data[6:14], "little") > limit:
+            raise MessageTooLargeError(f"{what} decompresses to more than {limit} bytes")
+        pos += 8
+    pos += (4 if flg & 0x01 else 0) + 1  # dictionary id, header checksum
+    block_checksum, independent = flg & 0x10, flg & 0x20
+    blocks: list[tuple[bool, bytes]] = []
+    while True:
+        if pos + 4 > len(data):
+            raise CorruptMessageError(f"{what}: truncated LZ4 frame")
+        size = int.from_bytes(data[pos:pos + 4], "little")
+        pos += 4
+        if size == 0:
+            break
+        stored, size = bool(size & 0x80000000), size & 0x7FFFFFFF
+        if size > max_block or pos + size > len(data):
+            raise CorruptMessageError(f"{what}: LZ4 block of {size} bytes does not fit")
+        blocks.append((stored, data[pos:pos + size]))
+        pos += size + (4 if block_checksum else 0)
+    pos += 4 if flg & 0x04 else 0  # content checksum
+    if pos != len(data):
+        raise CorruptMessageError(f"{what}: LZ4 frame is truncated or has trailing bytes")
+    try:
+        if not independent:
+            # Linked blocks decode only as a whole; every block yields at most max_block bytes.
+            if len(blocks) * max_block > limit:
+                raise MessageTooLargeError(f"{what}: linked LZ4 blocks may exceed {limit} bytes")
+            return bytes(cramjam.lz4.decompress(data))
+        parts: list[bytes] = []
+        got = 0
+        buf = bytearray(max_block)
+        for stored, block in blocks:
+            if stored:
+                chunk = block
+            else:
+                n = cramjam.lz4.decompress_block_into(block, buf)  # at most max_block: the buffer's size
+                chunk = bytes(buf[:n])
+            got += len(chunk)
+            if got > limit:
+                raise MessageTooLargeError(f"{what} decompresses to more than {limit} bytes")
+            parts.append(chunk)
+        return b"".join(parts)
+    except cramjam.DecompressionError as e:
+        raise CorruptMessageError(f"{what}: cannot decompress lz4 payload: {e}") from None
 
 
 def decompress_bounded(codec: int, data: bytes | memoryview, limit: int, what: str = "batch") -> bytes:
@@ -544,6 +665,10 @@ def decompress_bounded(codec: int, data: bytes | memoryview, limit: int, what: s
             raise CorruptMessageError(f"{what}: gzip payload is truncated or has trailing bytes")
     elif codec == COMPRESSION_ZSTD:
         out = _zstd_decompress_bounded(bytes(data), limit, what)
+    elif codec == COMPRESSION_SNAPPY:
+        out = _snappy_decompress_bounded(bytes(data), limit, what)
+    elif codec == COMPRESSION_LZ4:
+        out = _lz4_decompress_bounded(bytes(data), limit, what)
     else:
         raise UnsupportedCompressionTypeError(f"compression codec {codec} is not supported")
     if len(out) > limit:

@@ -55,7 +55,8 @@ headers_st = st.lists(st.builds(Header, st.text(max_size=8), small_bytes), max_s
 record_st = st.builds(Record, value=small_bytes, key=small_bytes, headers=headers_st,
                       timestamp=st.integers(NOW - 10_000, NOW + 10_000))
 batches_st = st.lists(st.tuples(st.lists(record_st, min_size=1, max_size=8),
-                                st.sampled_from([rb.COMPRESSION_NONE, rb.COMPRESSION_GZIP, rb.COMPRESSION_ZSTD]),
+                                st.sampled_from([rb.COMPRESSION_NONE, rb.COMPRESSION_GZIP, rb.COMPRESSION_SNAPPY, rb.COMPRESSION_LZ4,
+                                                 rb.COMPRESSION_ZSTD]),
                                 st.integers(0, 3)),
                       min_size=1, max_size=5)
 

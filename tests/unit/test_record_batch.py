@@ -12,7 +12,9 @@ from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.record_batch import (
     COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
     COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
     CRC_OFFSET,
     HEADER_SIZE,
@@ -41,7 +43,7 @@ def sample_records(n: int = 5) -> list[Record]:
     ] + [Record(value=None, key=b"tombstone", timestamp=999)]
 
 
-@pytest.mark.parametrize("codec", [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_ZSTD])
+@pytest.mark.parametrize("codec", [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD])
 def test_round_trip_every_codec(codec: int) -> None:
     recs = sample_records()
     batch = encode_batch(recs, compression=codec, producer_id=7, producer_epoch=1, base_sequence=42)
@@ -108,7 +110,7 @@ def _recrc(buf: bytearray) -> bytes:
 
 def test_unsupported_codec_and_bad_counts() -> None:
     batch = bytearray(encode_batch(sample_records()))
-    struct.pack_into(">h", batch, 21, 2)  # snappy
+    struct.pack_into(">h", batch, 21, 5)  # codec 5: none in Kafka
     with pytest.raises(errors.UnsupportedCompressionTypeError):
         validate_batches(_recrc(batch))
     batch = bytearray(encode_batch(sample_records()))
@@ -153,7 +155,7 @@ def test_varint_matches_kafka_zigzag() -> None:
 @given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=300)),
                           st.one_of(st.none(), st.binary(max_size=40)),
                           st.integers(min_value=0, max_value=1 << 40)), min_size=1, max_size=30),
-       st.sampled_from([COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_ZSTD]))
+       st.sampled_from([COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD]))
 def test_any_records_round_trip(items: list[tuple[bytes | None, bytes | None, int]], codec: int) -> None:
     recs = [Record(value=v, key=k, timestamp=t) for v, k, t in items]
     _h, out = decode_batch(encode_batch(recs, compression=codec))

@@ -8,6 +8,7 @@ import struct
 import zlib
 from collections.abc import Callable
 
+import cramjam
 import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +18,9 @@ from proto import errors
 from proto import record_batch as rb
 from proto.record_batch import (
     COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
     COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
     HEADER_SIZE,
     MAX_TIMESTAMP,
@@ -91,7 +94,7 @@ def test_one_call_returns_what_the_log_needs() -> None:
     assert info.spans == ((0, len(a), 3), (len(a), len(b), 2))
 
 
-@pytest.mark.parametrize("codec", [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_ZSTD])
+@pytest.mark.parametrize("codec", [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD])
 def test_every_codec_validates(codec: int) -> None:
     assert deep(encode_batch(records(20), compression=codec)).record_count == 20
 
@@ -108,7 +111,7 @@ def test_every_codec_validates(codec: int) -> None:
     (21, ">h", 0x20, errors.InvalidRecordError),             # control
     (21, ">h", 0x08, errors.InvalidRecordError),             # LogAppendTime claimed by a client
     (21, ">h", 0x40, errors.InvalidRecordError),             # unknown attribute bit
-    (21, ">h", 0x02, errors.UnsupportedCompressionTypeError),  # snappy
+    (21, ">h", 0x05, errors.UnsupportedCompressionTypeError),  # codec 5: none in Kafka
     (21, ">h", 0x07, errors.UnsupportedCompressionTypeError),  # no such codec
     (43, ">q", 5, errors.InvalidRecordError),                # producer id without epoch/sequence
     (43, ">q", -7, errors.InvalidRecordError),               # producer id below -1
@@ -306,3 +309,49 @@ def test_record_walks_agree_on_arbitrary_bytes(section: bytes, count: int, base:
 @given(st.binary(max_size=5000))
 def test_compiled_crc32c_is_crc32c(data: bytes) -> None:
     assert rb._codec.crc32c(data) == crc32c(data)
+
+
+# ------------------------------------------------------------------ snappy and lz4 (issue 16)
+
+
+def test_snappy_is_xerial_framed_as_the_java_client_writes_and_raw_snappy_reads_too() -> None:
+    section = b"".join(good_record(i) for i in range(40))
+    framed = rb._compress(COMPRESSION_SNAPPY, section)
+    assert framed.startswith(b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01")
+    assert rb.decompress_bounded(COMPRESSION_SNAPPY, framed, 1 << 20) == section
+    raw = bytes(cramjam.snappy.compress_raw(section))  # librdkafka's form: one raw block
+    assert rb.decompress_bounded(COMPRESSION_SNAPPY, raw, 1 << 20) == section
+    assert deep(raw_batch(raw, 40, compression=COMPRESSION_SNAPPY)).record_count == 40
+
+
+def test_lz4_frames_have_independent_blocks_and_linked_ones_read_too() -> None:
+    section = b"".join(good_record(i) for i in range(40)) * 50
+    frame = rb._compress(COMPRESSION_LZ4, section)
+    assert frame[:4] == b"\x04\x22\x4d\x18" and frame[4] & 0x20, "Kafka's Java reader wants independent blocks"
+    assert rb.decompress_bounded(COMPRESSION_LZ4, frame, 1 << 22) == section
+    linked = bytes(cramjam.lz4.compress(section))
+    assert not linked[4] & 0x20
+    assert rb.decompress_bounded(COMPRESSION_LZ4, linked, 1 << 22) == section
+
+
+@pytest.mark.parametrize("codec", [COMPRESSION_SNAPPY, COMPRESSION_LZ4])
+def test_snappy_and_lz4_bombs_stop_at_the_bound(codec: int) -> None:
+    section = encode_record_body(0, 0, None, b"\x00" * (1 << 20)) * 16
+    bomb = rb._compress(codec, section)
+    assert len(bomb) < 2_000_000
+    with pytest.raises(errors.MessageTooLargeError):
+        deep(raw_batch(bomb, 16, compression=codec), max_batch_bytes=1 << 20)
+    with pytest.raises(errors.MessageTooLargeError):  # a raw snappy block claiming more than the bound
+        rb.decompress_bounded(COMPRESSION_SNAPPY, bytes(cramjam.snappy.compress_raw(section)), 1 << 20)
+
+
+@pytest.mark.parametrize("codec, payload", [
+    (COMPRESSION_SNAPPY, b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x10\x00short"),
+    (COMPRESSION_SNAPPY, b"\x0a\xff\xff\xff\xff"),  # claims 10 bytes, a copy reaching past the input
+    (COMPRESSION_LZ4, b"not an lz4 frame"),
+    (COMPRESSION_LZ4, rb._compress(COMPRESSION_LZ4, b"".join(good_record(i) for i in range(9)))[:-6]),
+    (COMPRESSION_LZ4, rb._compress(COMPRESSION_LZ4, good_record(0)) + b"trailing"),
+])
+def test_corrupt_snappy_and_lz4_payloads(codec: int, payload: bytes) -> None:
+    with pytest.raises(errors.CorruptMessageError):
+        deep(raw_batch(payload, 1, compression=codec))
