@@ -39,6 +39,9 @@ from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 from proto.zk_client import ZooKeeperUnreachableError
 
 ZK_JAR = Path("/usr/share/java/zookeeper.jar")
+# The checkout this module belongs to (client/ops/local_cluster.py -> the repository root): brokers
+# run its code, whatever else the virtualenv has installed.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SECRETS_DIR = "secrets"
 ZK_DIGEST_FILE = "zookeeper.digest"
 ADMIN_USER = "admin"
@@ -501,7 +504,7 @@ class LocalCluster:
     def _spawn(self, b: BrokerProc) -> None:
         log = open(b.log, "ab")  # noqa: SIM115 - handed to the child
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(PROJECT_ROOT)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         # `ip netns exec` execs the command in place: the pid is still the broker's own.
         prefix = ["ip", "netns", "exec", b.netns] if b.netns else []

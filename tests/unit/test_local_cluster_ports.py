@@ -45,3 +45,10 @@ def test_free_ports_unless_asked(tmp_path: Path, fake_ports: set[int]) -> None:
     assert c._zookeeper_port() is None
     assert c._broker_ports(1) == [40000, 40001, 40002]
     assert c.notices == []
+
+
+def test_brokers_run_this_checkouts_code() -> None:
+    # After the client/ split the launcher sat one level deeper and pointed brokers at client/:
+    # they then ran whatever copy the virtualenv had installed, not this checkout.
+    assert (local_cluster.PROJECT_ROOT / "pyproject.toml").is_file()
+    assert (local_cluster.PROJECT_ROOT / "client" / "ops" / "local_cluster.py").is_file()
