@@ -13,6 +13,7 @@ from kazoo.client import KazooClient
 
 from client.connection import ClusterView, Connection
 from client.ops.local_cluster import LocalCluster, ZooKeeperServer
+from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Record, decode_batches, encode_batch
 
@@ -191,3 +192,19 @@ def fresh_chroot(zookeeper: ZooKeeperServer) -> str:
     return zookeeper.connect + chroot
 
 
+
+
+def group_owners(bootstrap: str, group: str) -> dict[str, int]:
+    """Partitions per owning member (by client id) as the group coordinator describes the group."""
+    from client.admin import AdminClient
+
+    with AdminClient(bootstrap) as admin:
+        try:
+            rows = admin.describe_group(group)
+        except errors.KafkaError:
+            return {}
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r.owner is not None:
+            counts[r.owner] = counts.get(r.owner, 0) + 1
+    return counts

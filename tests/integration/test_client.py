@@ -12,13 +12,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import E, create_topic, leader_of, read_values, wait_for
+from helpers import E, create_topic, group_owners, leader_of, read_values, wait_for
 
 from client.admin import AdminClient
 from client.consumer import Consumer
 from client.producer import Producer
 from client.structs import TopicPartition
-from proto import errors
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,19 +67,6 @@ def test_retries_duplicate_only_without_idempotence(cluster, idempotent: bool) -
     else:
         assert copies > 1, "without idempotence the retried batch must have been written again"
 
-
-def group_owners(bootstrap: str, group: str) -> dict[str, int]:
-    """Partitions per owning member (by client id) as the group coordinator describes the group."""
-    with AdminClient(bootstrap) as admin:
-        try:
-            rows = admin.describe_group(group)
-        except errors.KafkaError:
-            return {}
-    counts: dict[str, int] = {}
-    for r in rows:
-        if r.owner is not None:
-            counts[r.owner] = counts.get(r.owner, 0) + 1
-    return counts
 
 
 def test_consumer_group_range_assignment_and_failover(cluster) -> None:  # type: ignore[no-untyped-def]

@@ -13,13 +13,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import E, create_topic, leader_of, wait_for
+from helpers import E, create_topic, group_owners, leader_of, wait_for
 
 from client.admin import AdminClient
 from client.consumer import Consumer, TopicPartition
 from client.group_client import GroupMember
 from client.producer import Producer
-from proto import errors
 from proto.zk_data import ConsumersZNode
 
 pytestmark = pytest.mark.integration
@@ -31,19 +30,6 @@ def cli(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess
     return subprocess.run([sys.executable, "-m", "client.cli", *args], cwd=ROOT, input=stdin, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
-
-def group_owners(bootstrap: str, group: str) -> dict[str, int]:
-    """Partitions per owning member (by client id) as the coordinator describes the group."""
-    with AdminClient(bootstrap) as admin:
-        try:
-            rows = admin.describe_group(group)
-        except errors.KafkaError:
-            return {}
-    counts: dict[str, int] = {}
-    for r in rows:
-        if r.owner is not None:
-            counts[r.owner] = counts.get(r.owner, 0) + 1
-    return counts
 
 
 def produce(bootstrap: str, topic: str, start: int, per_partition: int) -> None:
