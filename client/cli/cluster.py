@@ -97,6 +97,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
             print(f"broker {b.broker_id}: {b.address} (pid {b.pid}, metrics {b.metrics_address}, log {b.log})")
         print(f"controller: broker {view['controller']} (controller epoch {view['controller_epoch']})")
         print(f"bootstrap servers: {state.bootstrap_servers}")
+        if state.kafka_bootstrap_servers:
+            print(f"Kafka protocol bootstrap servers (librdkafka, kafka-python, kcat): {state.kafka_bootstrap_servers}")
         print(export_line(state.bootstrap_servers, state.zookeeper_connect))
         print(f"inter-broker plane: mutual TLS (CA {state.secrets / CA_CERT}); ZooKeeper writes need the "
               f"digest in {state.secrets / ZK_DIGEST_FILE}")
@@ -122,6 +124,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
             role = "controller" if b["id"] == s["controller"] else ""
             print(f"{b['id']:>3}  {b['address']:<22} {b['pid']:>8}  {str(b['alive']).lower():<6} "
                   f"{str(b['registered']).lower():<10} {role}")
+        if s["kafka_bootstrap_servers"]:
+            print(f"Kafka protocol bootstrap servers: {s['kafka_bootstrap_servers']}")
         # For clients in other shells and directories (the library, the CLI and Spark honour them).
         print(export_line(s["bootstrap_servers"], s["zookeeper"]["connect"]))
 
