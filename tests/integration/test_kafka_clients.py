@@ -1,5 +1,5 @@
 """Real Kafka clients against the Kafka protocol listener (issue 16): librdkafka (confluent-kafka),
-kafka-python and kcat, with no code of ours on their side, against real brokers and ZooKeeper."""
+kafka-python, aiokafka and kcat, with no code of ours on their side, against real brokers and ZooKeeper."""
 
 from __future__ import annotations
 
@@ -110,6 +110,38 @@ def test_kafka_python_producer_and_group_consumer_round_trip(module_cluster) -> 
                                 auto_offset_reset="earliest", consumer_timeout_ms=3000)
     assert [m.value for m in again] == []
     again.close()
+
+
+def test_aiokafka_produce_and_group_consume(module_cluster) -> None:  # type: ignore[no-untyped-def]
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+
+    bootstrap = kafka_bootstrap(module_cluster)
+    create(AdminClient({"bootstrap.servers": bootstrap}), "aiokafka", 2)
+
+    async def go() -> list[bytes]:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+        await producer.start()
+        try:
+            for i in range(200):
+                await producer.send("aiokafka", f"a{i}".encode(), key=str(i % 7).encode())
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = aiokafka.AIOKafkaConsumer("aiokafka", bootstrap_servers=bootstrap, group_id="aio-group",
+                                             auto_offset_reset="earliest")
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            deadline = time.monotonic() + 60
+            while len(got) < 200 and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                got += [m.value for msgs in batches.values() for m in msgs]
+        finally:
+            await consumer.stop()
+        return got
+
+    assert sorted(asyncio.run(go())) == sorted(f"a{i}".encode() for i in range(200))
 
 
 def test_confluent_admin_creates_describes_and_deletes_topics(module_cluster) -> None:  # type: ignore[no-untyped-def]
