@@ -53,6 +53,10 @@ def _pos(v: int) -> bool:
 CONFIG_DEFS: dict[str, _Def] = {
     "broker.id": _Def("broker_id", int, _nonneg, ">= 0"),
     "listeners": _Def("listeners", str),
+    # Kafka wire-protocol listeners (broker.kafka_listener), beside the gRPC ``listeners``.
+    "kafka.listeners": _Def("kafka_listeners", str),
+    "advertised.kafka.listeners": _Def("advertised_kafka_listeners", str),
+    "max.connections": _Def("max_connections", int, _pos, ">= 1"),
     "advertised.listeners": _Def("advertised_listeners", str),
     "zookeeper.connect": _Def("zookeeper_connect", str),
     "zookeeper.session.timeout.ms": _Def("zookeeper_session_timeout_ms", int, _pos, "> 0"),
@@ -144,6 +148,11 @@ class BrokerConfig:
     broker_id: int = -1
     listeners: str = "PLAINTEXT://127.0.0.1:9092"
     advertised_listeners: str = ""
+    kafka_listeners: str = ""
+    advertised_kafka_listeners: str = ""
+    # Per Kafka listener; Kafka's default is unbounded, a bound keeps a connection flood from
+    # exhausting the broker's file descriptors (SPEC S13.4).
+    max_connections: int = 1000
     zookeeper_connect: str = ""
     zookeeper_session_timeout_ms: int = 18000
     zookeeper_connection_timeout_ms: int = 0
@@ -231,6 +240,26 @@ class BrokerConfig:
             if self.advertised_listeners else {}
         out = []
         for x in self.listener_list:
+            a = advertised.get(x.name, x)
+            host = "127.0.0.1" if a.host in ("0.0.0.0", "") else a.host
+            out.append(Listener(x.name, host, a.port, x.security_protocol))
+        return out
+
+    @property
+    def kafka_listener_list(self) -> list[Listener]:
+        """The Kafka wire-protocol listeners (``kafka.listeners``; none by default). A name absent
+        from listener.security.protocol.map is PLAINTEXT, the only protocol they speak yet."""
+        if not self.kafka_listeners.strip():
+            return []
+        return parse_listeners(self.kafka_listeners, self.protocol_map, default_protocol="PLAINTEXT")
+
+    @property
+    def advertised_kafka_listener_list(self) -> list[Listener]:
+        advertised = {x.name: x for x in parse_listeners(self.advertised_kafka_listeners, self.protocol_map,
+                                                         default_protocol="PLAINTEXT")} \
+            if self.advertised_kafka_listeners.strip() else {}
+        out = []
+        for x in self.kafka_listener_list:
             a = advertised.get(x.name, x)
             host = "127.0.0.1" if a.host in ("0.0.0.0", "") else a.host
             out.append(Listener(x.name, host, a.port, x.security_protocol))
@@ -332,7 +361,7 @@ def parse_protocol_map(value: str) -> dict[str, str]:
     return out
 
 
-def parse_listeners(value: str, protocols: dict[str, str]) -> list[Listener]:
+def parse_listeners(value: str, protocols: dict[str, str], default_protocol: str = "") -> list[Listener]:
     """``NAME://host:port,...`` (Kafka's ``listeners``) with each name's security protocol."""
     out: list[Listener] = []
     for item in value.split(","):
@@ -343,7 +372,7 @@ def parse_listeners(value: str, protocols: dict[str, str]) -> list[Listener]:
         host, colon, port = address.rpartition(":")
         if not sep or not name or not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ConfigError(f"listeners: expected NAME://host:port, got {item!r}")
-        proto = protocols.get(name.upper())
+        proto = protocols.get(name.upper()) or default_protocol or None
         if proto is None:
             raise ConfigError(f"listeners: {name!r} has no entry in listener.security.protocol.map")
         if any(x.name == name.upper() for x in out):
@@ -411,11 +440,34 @@ def check_listeners(cfg: BrokerConfig) -> None:
                           ("ssl.truststore.location", cfg.ssl_truststore_location)):
             if not Path(path).is_file():
                 raise ConfigError(f"{key}: {path} is not a readable file")
+    check_kafka_listeners(cfg)
     if cfg.zookeeper_set_acl and not cfg.zookeeper_digest_auth_file:
         raise ConfigError("zookeeper.set.acl needs zookeeper.digest.auth.file (a file holding user:password)")
     for p in (x.strip() for x in cfg.super_users.split(";") if x.strip()):
         if ":" not in p:
             raise ConfigError(f"super.users: {p!r} is not a principal (User:name)")
+
+
+def check_kafka_listeners(cfg: BrokerConfig) -> None:
+    """The Kafka wire-protocol listeners: PLAINTEXT only (no SASL/TLS on that transport yet), names
+    apart from the gRPC listeners', and never on a secure cluster - when no gRPC listener is
+    PLAINTEXT every client authenticates, and an anonymous Kafka port would bypass that."""
+    kafka = cfg.kafka_listener_list
+    cfg.advertised_kafka_listener_list  # noqa: B018 - parses advertised.kafka.listeners
+    if not kafka:
+        return
+    grpc_names = {x.name for x in cfg.listener_list}
+    for x in kafka:
+        if x.name in grpc_names:
+            raise ConfigError(f"kafka.listeners: {x.name} is also a gRPC listener in listeners; name it apart "
+                              "(e.g. KAFKA)")
+        if x.security_protocol != "PLAINTEXT":
+            raise ConfigError(f"kafka.listeners: {x.name} is {x.security_protocol}; the Kafka protocol listener "
+                              "speaks PLAINTEXT only (SASL and TLS are not implemented on it)")
+    if not any(x.security_protocol == "PLAINTEXT" for x in cfg.listener_list):
+        raise ConfigError("kafka.listeners: every client listener of this broker authenticates (SSL/SASL_SSL), "
+                          "and the Kafka protocol listener cannot yet: it would let unauthenticated clients in. "
+                          "Remove kafka.listeners on a secure cluster")
 
 
 def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -38,6 +38,8 @@ from broker.config import BrokerConfig
 from broker.fetcher import FetcherSettings, ReplicaFetcherManager
 from broker.group_apis import GroupApis
 from broker.group_coordinator import GroupCoordinator
+from broker.kafka_apis import KafkaApis, answer_typed
+from broker.kafka_listener import KafkaListener, ListenerLimits
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
@@ -53,7 +55,7 @@ from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import SERVER_OPTIONS
 from proto.scram import MECHANISM, ScramCredential
-from proto.zk_client import BrokerIdInUseError, KafkaZkClient, is_zookeeper_unavailable, read_digest
+from proto.zk_client import BrokerIdInUseError, KafkaZkClient, read_digest
 from proto.zk_data import AclChangesZNode, BrokerRegistration, ConfigChangesZNode, Endpoint
 
 log = logging.getLogger(__name__)
@@ -131,6 +133,8 @@ class KafkaServer:
         self.group_apis = GroupApis(self.group_coordinator, self.gate, self._endpoint_of,
                                     cfg.max_request_partitions)
         self.metrics = BrokerMetrics(self)
+        # The one request-handling layer behind every listener, gRPC or Kafka protocol.
+        self.apis = KafkaApis(self)
 
     def _live_broker_ids(self) -> list[int]:
         # Before the controller's first UpdateMetadata this broker knows only itself: no answer
@@ -188,6 +192,15 @@ class KafkaServer:
             self.ports[x.name] = port
             await server.start()
             self.grpc_servers.append(server)
+        # The Kafka wire-protocol listeners (broker.kafka_listener), before registering: a broker is
+        # advertised only once every listener it names answers.
+        self.kafka_listeners: list[KafkaListener] = []
+        limits = ListenerLimits(cfg.socket_request_max_bytes, cfg.connections_max_idle_ms, cfg.request_timeout_ms,
+                                cfg.max_connections)
+        for x in cfg.kafka_listener_list:
+            kl = KafkaListener(x, self.apis, limits)
+            self.ports[x.name] = await kl.start()
+            self.kafka_listeners.append(kl)
         self.port = self.ports[next(r.listener.name for r in self.gate.roles() if not r.inter_broker)
                                if any(not r.inter_broker for r in self.gate.roles())
                                else cfg.inter_broker_listener.name]
@@ -208,12 +221,14 @@ class KafkaServer:
         self._every(cfg.log_flush_offset_checkpoint_interval_ms / 1000.0, self._checkpoint_offsets)
         log.info("broker %d started on %s (cluster %s, broker epoch %d)", self.broker_id,
                  ", ".join(f"{x.name}://{x.host}:{self.ports[x.name]} ({x.security_protocol})"
-                           for x in cfg.listener_list), self.cluster_id, self.broker_epoch)
+                           for x in [*cfg.listener_list, *cfg.kafka_listener_list]), self.cluster_id,
+                 self.broker_epoch)
 
     def advertised_endpoints(self) -> tuple[Endpoint, ...]:
         """What this broker registers: advertised listeners, with the bound port where it was 0."""
+        cfg = self.config
         return tuple(Endpoint(x.name, x.host, x.port or self.ports.get(x.name, 0), x.security_protocol)
-                     for x in self.config.advertised_listener_list)
+                     for x in [*cfg.advertised_listener_list, *cfg.advertised_kafka_listener_list])
 
     async def _register(self) -> None:
         endpoints = self.advertised_endpoints()
@@ -500,6 +515,8 @@ class KafkaServer:
         await self.group_coordinator.shutdown()
         await asyncio.to_thread(self.controller.shutdown)
         await self.fetcher_manager.shutdown()
+        for kl in getattr(self, "kafka_listeners", []):
+            await kl.stop()
         for server in self.grpc_servers:
             await server.stop(grace=0.5)
         self.replica_manager.checkpoint_high_watermarks()
@@ -509,18 +526,6 @@ class KafkaServer:
 
 
 # ------------------------------------------------------------------ gRPC servicers (thin)
-
-
-def _partition_errors(resp: Any) -> list[int]:
-    """Every non-zero partition (or topic) error code in a response, for the error counters."""
-    codes = []
-    for t in getattr(resp, "topics", ()):
-        for p in getattr(t, "partitions", ()):
-            if p.error_code:
-                codes.append(p.error_code)
-        if getattr(t, "error_code", 0) and not getattr(t, "partitions", ()):
-            codes.append(t.error_code)
-    return codes
 
 
 class KafkaApiServicer(pb_grpc.KafkaApiServicer):
@@ -542,37 +547,21 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
             return e
 
-    async def _serve(self, api: str, request: Any, context: Any,
-                     handler: Callable[[Any, RequestContext], Awaitable[Any]]) -> Any:
+    async def _serve(self, api: str, request: Any, context: Any) -> Any:
         ctx = await self._authenticate(api, context)
         if isinstance(ctx, errors.KafkaError):
             return error_response(api, request, ctx.code)
-        return await self._answer(api, request, ctx, handler)
-
-    async def _answer(self, api: str, request: Any, ctx: RequestContext,
-                      handler: Callable[[Any, RequestContext], Awaitable[Any]]) -> Any:
-        m = self.s.metrics.requests
-        start = time.perf_counter()
-        resp = await answer_typed(api, handler(request, ctx), request)
-        m.latency.labels(api).observe(time.perf_counter() - start)
-        m.requests.labels(api).inc()
-        for code in _partition_errors(resp):
-            m.errors.labels(api, E.Name(code)).inc()
-        return resp
+        return await self.s.apis.handle(api, request, ctx)
 
     async def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
-        return await self._serve("Metadata", request, context, self.s.handle_metadata)  # type: ignore[no-any-return]
+        return await self._serve("Metadata", request, context)  # type: ignore[no-any-return]
 
     async def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
-        self.s.metrics.requests.bytes_in.inc(sum(len(p.records) for t in request.topics for p in t.partitions))
-        return await self._serve("Produce", request, context,  # type: ignore[no-any-return]
-                                 self.s.replica_manager.handle_produce)
+        return await self._serve("Produce", request, context)  # type: ignore[no-any-return]
 
     async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
-        resp: pb.FetchResponse = await self._serve("Fetch" if request.replica_id < 0 else "FollowerFetch", request,
-                                                   context, self.s.replica_manager.handle_fetch)
-        self.s.metrics.requests.bytes_out.inc(sum(len(p.records) for t in resp.topics for p in t.partitions))
-        return resp
+        api = "Fetch" if request.replica_id < 0 else "FollowerFetch"
+        return await self._serve(api, request, context)  # type: ignore[no-any-return]
 
     async def FetchStream(self, request_iterator: AsyncIterator[pb.FetchRequest],
                           context: Any) -> AsyncIterator[pb.FetchResponse]:
@@ -584,129 +573,89 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
             if isinstance(ctx, errors.KafkaError):
                 yield error_response(api, request, ctx.code)
                 continue
-            resp: pb.FetchResponse = await self._answer(api, request, ctx, self.s.replica_manager.handle_fetch)
-            self.s.metrics.requests.bytes_out.inc(sum(len(p.records) for t in resp.topics for p in t.partitions))
-            yield resp
+            yield await self.s.apis.handle(api, request, ctx)
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
-        return await self._serve("ListOffsets", request, context,  # type: ignore[no-any-return]
-                                 _sync(self.s.replica_manager.handle_list_offsets))
+        return await self._serve("ListOffsets", request, context)  # type: ignore[no-any-return]
 
     async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
                                     context: Any) -> pb.OffsetsForLeaderEpochResponse:
-        return await self._serve("OffsetsForLeaderEpoch", request, context,  # type: ignore[no-any-return]
-                                 _sync(self.s.replica_manager.handle_offsets_for_leader_epoch))
+        return await self._serve("OffsetsForLeaderEpoch", request, context)  # type: ignore[no-any-return]
 
     async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Any) -> pb.CreateTopicsResponse:
-        return await self._serve("CreateTopics", request, context, self.s.admin.create_topics)  # type: ignore[no-any-return]
+        return await self._serve("CreateTopics", request, context)  # type: ignore[no-any-return]
 
     async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Any) -> pb.DeleteTopicsResponse:
-        return await self._serve("DeleteTopics", request, context, self.s.admin.delete_topics)  # type: ignore[no-any-return]
+        return await self._serve("DeleteTopics", request, context)  # type: ignore[no-any-return]
 
     async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> pb.DescribeConfigsResponse:
-        return await self._serve("DescribeConfigs", request, context,  # type: ignore[no-any-return]
-                                 self.s.admin.describe_configs)
+        return await self._serve("DescribeConfigs", request, context)  # type: ignore[no-any-return]
 
     async def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Any) -> pb.AlterConfigsResponse:
-        return await self._serve("AlterConfigs", request, context, self.s.admin.alter_configs)  # type: ignore[no-any-return]
+        return await self._serve("AlterConfigs", request, context)  # type: ignore[no-any-return]
 
     async def InitProducerId(self, request: pb.InitProducerIdRequest, context: Any) -> pb.InitProducerIdResponse:
-        return await self._serve("InitProducerId", request, context,  # type: ignore[no-any-return]
-                                 self.s.admin.init_producer_id)
+        return await self._serve("InitProducerId", request, context)  # type: ignore[no-any-return]
 
     async def DescribeReplicas(self, request: pb.DescribeReplicasRequest,
                                context: Any) -> pb.DescribeReplicasResponse:
-        return await self._serve("DescribeReplicas", request, context,  # type: ignore[no-any-return]
-                                 _sync(self.s.handle_describe_replicas))
+        return await self._serve("DescribeReplicas", request, context)  # type: ignore[no-any-return]
 
     async def ElectLeaders(self, request: pb.ElectLeadersRequest, context: Any) -> pb.ElectLeadersResponse:
-        return await self._serve("ElectLeaders", request, context, self.s.admin.elect_leaders)  # type: ignore[no-any-return]
+        return await self._serve("ElectLeaders", request, context)  # type: ignore[no-any-return]
 
     async def AlterPartitionReassignments(self, request: pb.AlterPartitionReassignmentsRequest,
                                           context: Any) -> pb.AlterPartitionReassignmentsResponse:
-        return await self._serve("AlterPartitionReassignments", request, context,  # type: ignore[no-any-return]
-                                 self.s.admin.alter_partition_reassignments)
+        return await self._serve("AlterPartitionReassignments", request, context)  # type: ignore[no-any-return]
 
     async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
                                          context: Any) -> pb.ListPartitionReassignmentsResponse:
-        return await self._serve("ListPartitionReassignments", request, context,  # type: ignore[no-any-return]
-                                 self.s.admin.list_partition_reassignments)
+        return await self._serve("ListPartitionReassignments", request, context)  # type: ignore[no-any-return]
 
     async def CreateAcls(self, request: pb.CreateAclsRequest, context: Any) -> pb.CreateAclsResponse:
-        return await self._serve("CreateAcls", request, context, self.s.admin.create_acls)  # type: ignore[no-any-return]
+        return await self._serve("CreateAcls", request, context)  # type: ignore[no-any-return]
 
     async def DescribeAcls(self, request: pb.DescribeAclsRequest, context: Any) -> pb.DescribeAclsResponse:
-        return await self._serve("DescribeAcls", request, context, self.s.admin.describe_acls)  # type: ignore[no-any-return]
+        return await self._serve("DescribeAcls", request, context)  # type: ignore[no-any-return]
 
     async def DeleteAcls(self, request: pb.DeleteAclsRequest, context: Any) -> pb.DeleteAclsResponse:
-        return await self._serve("DeleteAcls", request, context, self.s.admin.delete_acls)  # type: ignore[no-any-return]
+        return await self._serve("DeleteAcls", request, context)  # type: ignore[no-any-return]
 
     async def AlterUserScramCredentials(self, request: pb.AlterUserScramCredentialsRequest,
                                         context: Any) -> pb.AlterUserScramCredentialsResponse:
-        return await self._serve("AlterUserScramCredentials", request, context,  # type: ignore[no-any-return]
-                                 self.s.admin.alter_user_scram_credentials)
+        return await self._serve("AlterUserScramCredentials", request, context)  # type: ignore[no-any-return]
 
     async def DescribeUserScramCredentials(self, request: pb.DescribeUserScramCredentialsRequest,
                                            context: Any) -> pb.DescribeUserScramCredentialsResponse:
-        return await self._serve("DescribeUserScramCredentials", request, context,  # type: ignore[no-any-return]
-                                 self.s.admin.describe_user_scram_credentials)
+        return await self._serve("DescribeUserScramCredentials", request, context)  # type: ignore[no-any-return]
 
     async def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: Any) -> pb.FindCoordinatorResponse:
-        return await self._serve("FindCoordinator", request, context, self.s.group_apis.find_coordinator)  # type: ignore[no-any-return]
+        return await self._serve("FindCoordinator", request, context)  # type: ignore[no-any-return]
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: Any) -> pb.JoinGroupResponse:
-        return await self._serve("JoinGroup", request, context, self.s.group_apis.join_group)  # type: ignore[no-any-return]
+        return await self._serve("JoinGroup", request, context)  # type: ignore[no-any-return]
 
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: Any) -> pb.SyncGroupResponse:
-        return await self._serve("SyncGroup", request, context, self.s.group_apis.sync_group)  # type: ignore[no-any-return]
+        return await self._serve("SyncGroup", request, context)  # type: ignore[no-any-return]
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> pb.HeartbeatResponse:
-        return await self._serve("Heartbeat", request, context, self.s.group_apis.heartbeat)  # type: ignore[no-any-return]
+        return await self._serve("Heartbeat", request, context)  # type: ignore[no-any-return]
 
     async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: Any) -> pb.LeaveGroupResponse:
-        return await self._serve("LeaveGroup", request, context, self.s.group_apis.leave_group)  # type: ignore[no-any-return]
+        return await self._serve("LeaveGroup", request, context)  # type: ignore[no-any-return]
 
     async def OffsetCommit(self, request: pb.OffsetCommitRequest, context: Any) -> pb.OffsetCommitResponse:
-        return await self._serve("OffsetCommit", request, context, self.s.group_apis.offset_commit)  # type: ignore[no-any-return]
+        return await self._serve("OffsetCommit", request, context)  # type: ignore[no-any-return]
 
     async def OffsetFetch(self, request: pb.OffsetFetchRequest, context: Any) -> pb.OffsetFetchResponse:
-        return await self._serve("OffsetFetch", request, context, self.s.group_apis.offset_fetch)  # type: ignore[no-any-return]
+        return await self._serve("OffsetFetch", request, context)  # type: ignore[no-any-return]
 
     async def ListGroups(self, request: pb.ListGroupsRequest, context: Any) -> pb.ListGroupsResponse:
-        return await self._serve("ListGroups", request, context, self.s.group_apis.list_groups)  # type: ignore[no-any-return]
+        return await self._serve("ListGroups", request, context)  # type: ignore[no-any-return]
 
     async def DescribeGroups(self, request: pb.DescribeGroupsRequest, context: Any) -> pb.DescribeGroupsResponse:
-        return await self._serve("DescribeGroups", request, context, self.s.group_apis.describe_groups)  # type: ignore[no-any-return]
+        return await self._serve("DescribeGroups", request, context)  # type: ignore[no-any-return]
 
-
-def _sync(handler: Callable[[Q, RequestContext], R]) -> Callable[[Q, RequestContext], Awaitable[R]]:
-    """Await-able wrapper for handlers that answer synchronously (called inside answer_typed)."""
-    async def call(request: Q, ctx: RequestContext) -> R:
-        return handler(request, ctx)
-    return call
-
-
-async def answer_typed(api: str, call: Awaitable[R], request: Any) -> R:
-    """The handler's answer; if it raised anyway, the request's response with a typed error on every
-    partition - never gRPC's UNKNOWN (SPEC S13.2)."""
-    try:
-        return await call
-    except asyncio.CancelledError:
-        raise
-    except errors.KafkaError as e:
-        log.info("%s refused: %s", api, e)
-        resp: R = error_response(api, request, e.code)
-        return resp
-    except Exception as e:
-        if is_zookeeper_unavailable(e):
-            # The session is expiring or reconnecting (a paused broker, a ZooKeeper outage): a
-            # retriable answer, as Kafka's admin manager times out, not an unexplained server error.
-            log.warning("%s: ZooKeeper unavailable (%r); answering REQUEST_TIMED_OUT", api, e)
-            resp = error_response(api, request, errors.RequestTimedOutError.code)
-            return resp
-        log.exception("%s failed unexpectedly; answering UNKNOWN_SERVER_ERROR", api)
-        resp = error_response(api, request, errors.UnknownServerError.code)
-        return resp
 
 
 class BrokerControlServicer(pb_grpc.BrokerControlServicer):

@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 BOOTSTRAP_ENV = "MINIKAFKA_BOOTSTRAP"
+# The Kafka wire-protocol listeners, for Kafka's own clients (librdkafka, kafka-python...): only
+# printed by `minikafka cluster up/status` for them; this library speaks gRPC to BOOTSTRAP_ENV.
+KAFKA_BOOTSTRAP_ENV = "MINIKAFKA_KAFKA_BOOTSTRAP"
 ZOOKEEPER_ENV = "MINIKAFKA_ZOOKEEPER"
 DIR_ENV = "MINIKAFKA_DIR"
 DEFAULT_DIR = ".minikafka"

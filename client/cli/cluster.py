@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from client.discovery import BOOTSTRAP_ENV, ZOOKEEPER_ENV, local_cluster_dir
+from client.discovery import BOOTSTRAP_ENV, KAFKA_BOOTSTRAP_ENV, ZOOKEEPER_ENV, local_cluster_dir
 from client.ops.certs import CA_CERT
 from client.ops.local_cluster import SIGNALS, ZK_DIGEST_FILE, ClusterError, LocalCluster
 
@@ -60,8 +60,11 @@ def add_parser(sub: Any) -> None:
     start.set_defaults(func=_cmd_start)
 
 
-def export_line(bootstrap: str, zookeeper: str) -> str:
-    return f"export {BOOTSTRAP_ENV}={bootstrap} {ZOOKEEPER_ENV}={zookeeper}"
+def export_line(bootstrap: str, zookeeper: str, kafka_bootstrap: str = "") -> str:
+    """The shell line that points clients elsewhere at this cluster; with the Kafka protocol
+    listeners as MINIKAFKA_KAFKA_BOOTSTRAP, which the README's librdkafka/kafka-python snippets read."""
+    kafka = f" {KAFKA_BOOTSTRAP_ENV}={kafka_bootstrap}" if kafka_bootstrap else ""
+    return f"export {BOOTSTRAP_ENV}={bootstrap} {ZOOKEEPER_ENV}={zookeeper}{kafka}"
 
 
 def _run(fn: Any) -> int:
@@ -97,7 +100,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
             print(f"broker {b.broker_id}: {b.address} (pid {b.pid}, metrics {b.metrics_address}, log {b.log})")
         print(f"controller: broker {view['controller']} (controller epoch {view['controller_epoch']})")
         print(f"bootstrap servers: {state.bootstrap_servers}")
-        print(export_line(state.bootstrap_servers, state.zookeeper_connect))
+        if state.kafka_bootstrap_servers:
+            print(f"Kafka protocol bootstrap servers (librdkafka, kafka-python, kcat): {state.kafka_bootstrap_servers}")
+        print(export_line(state.bootstrap_servers, state.zookeeper_connect, state.kafka_bootstrap_servers))
         print(f"inter-broker plane: mutual TLS (CA {state.secrets / CA_CERT}); ZooKeeper writes need the "
               f"digest in {state.secrets / ZK_DIGEST_FILE}")
         if state.secure:
@@ -122,8 +127,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
             role = "controller" if b["id"] == s["controller"] else ""
             print(f"{b['id']:>3}  {b['address']:<22} {b['pid']:>8}  {str(b['alive']).lower():<6} "
                   f"{str(b['registered']).lower():<10} {role}")
+        if s["kafka_bootstrap_servers"]:
+            print(f"Kafka protocol bootstrap servers: {s['kafka_bootstrap_servers']}")
         # For clients in other shells and directories (the library, the CLI and Spark honour them).
-        print(export_line(s["bootstrap_servers"], s["zookeeper"]["connect"]))
+        print(export_line(s["bootstrap_servers"], s["zookeeper"]["connect"], s["kafka_bootstrap_servers"]))
 
     return _run(go)
 

@@ -76,20 +76,23 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 
 # The documented addresses of `minikafka cluster up` (Kafka's customary ones): ZooKeeper on 2181,
 # broker N's client listener on 9092 + N - 1, its inter-broker (mutual TLS) listener on
-# 9192 + N - 1 and its Prometheus metrics on 9292 + N - 1. Saved addresses keep working across
+# 9192 + N - 1, its Prometheus metrics on 9292 + N - 1 and its Kafka wire-protocol listener
+# (librdkafka, kafka-python, kcat...) on 9392 + N - 1. Saved addresses keep working across
 # restarts; when any of them is taken (another cluster, another program) the cluster takes free
 # ports instead and says so, and `--random-ports` (the tests) always does.
 ZOOKEEPER_PORT = 2181
 CLIENT_PORT_BASE = 9092
 INTERNAL_PORT_BASE = 9192
 METRICS_PORT_BASE = 9292
+KAFKA_PORT_BASE = 9392
 
 
 def fixed_ports(brokers: int) -> dict[str, list[int]]:
     """The documented ports for ``brokers`` brokers, per series (pure)."""
     return {"client": [CLIENT_PORT_BASE + i for i in range(brokers)],
             "internal": [INTERNAL_PORT_BASE + i for i in range(brokers)],
-            "metrics": [METRICS_PORT_BASE + i for i in range(brokers)]}
+            "metrics": [METRICS_PORT_BASE + i for i in range(brokers)],
+            "kafka": [KAFKA_PORT_BASE + i for i in range(brokers)]}
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -257,6 +260,7 @@ class BrokerProc:
     host: str = "127.0.0.1"
     netns: str = ""  # run inside this network namespace (`ip netns exec`), for partition tests
     internal_port: int = -1  # the inter-broker (mutual TLS) listener
+    kafka_port: int = -1  # the Kafka wire-protocol listener (none on a secure cluster)
 
     @property
     def metrics_address(self) -> str:
@@ -265,6 +269,10 @@ class BrokerProc:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str:
+        return f"{self.host}:{self.kafka_port}" if self.kafka_port > 0 else ""
 
 
 @dataclass
@@ -280,6 +288,11 @@ class ClusterState:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(b.address for _, b in sorted(self.brokers.items()))
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        """The brokers' Kafka wire-protocol listeners, for Kafka's own clients ("" on a secure cluster)."""
+        return ",".join(b.kafka_address for _, b in sorted(self.brokers.items()) if b.kafka_address)
 
     @property
     def secrets(self) -> Path:
@@ -349,6 +362,9 @@ def broker_properties(b: BrokerProc, zookeeper_connect: str, data_dir: Path, bro
     if secure:
         props.update({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
                       "super.users": ADMIN_PRINCIPAL})
+    elif b.kafka_port > 0:
+        # Not on a secure cluster: the Kafka listener cannot authenticate yet (broker.config refuses it).
+        props["kafka.listeners"] = f"KAFKA://{b.host}:{b.kafka_port}"
     return props
 
 
@@ -401,17 +417,17 @@ class LocalCluster:
         return None
 
     def _broker_ports(self, brokers: int) -> list[int]:
-        """client, metrics, internal port per broker, in that order (as free_ports gave them)."""
+        """client, metrics, internal, Kafka port per broker, in that order (as free_ports gave them)."""
         if self.fixed_ports and not self.broker_netns:
             want = fixed_ports(brokers)
             taken = [p for series in want.values() for p in series if not port_free(p)]
             if not taken:
                 return [p for i in range(brokers) for p in (want["client"][i], want["metrics"][i],
-                                                            want["internal"][i])]
+                                                            want["internal"][i], want["kafka"][i])]
             self.notices.append(f"port{'s' if len(taken) > 1 else ''} {', '.join(map(str, taken))} "
                                 f"taken: the brokers take free ports instead (`minikafka cluster status` "
                                 f"shows them)")
-        return free_ports(3 * brokers)
+        return free_ports(4 * brokers)
 
     # ------------------------------------------------------------ up / down
 
@@ -437,8 +453,9 @@ class LocalCluster:
                 self._bootstrap_admin(connect)
             for i in range(1, brokers + 1):
                 netns, host = self.broker_netns.get(i, ("", "127.0.0.1"))
-                self.state.brokers[i] = BrokerProc(i, ports[3 * i - 3], metrics_port=ports[3 * i - 2], host=host,
-                                                   netns=netns, internal_port=ports[3 * i - 1])
+                self.state.brokers[i] = BrokerProc(i, ports[4 * i - 4], metrics_port=ports[4 * i - 3], host=host,
+                                                   netns=netns, internal_port=ports[4 * i - 2],
+                                                   kafka_port=-1 if secure else ports[4 * i - 1])
                 self._write_config(self.state.brokers[i], brokers)
             self.state.save()
             for b in self.state.brokers.values():
@@ -665,7 +682,9 @@ class LocalCluster:
             "controller": view["controller"] if view else -1,
             "controller_epoch": view["controller_epoch"] if view else 0,
             "bootstrap_servers": state.bootstrap_servers,
-            "brokers": [{"id": b.broker_id, "address": b.address, "pid": b.pid, "alive": pid_alive(b.pid),
+            "kafka_bootstrap_servers": state.kafka_bootstrap_servers,
+            "brokers": [{"id": b.broker_id, "address": b.address, "kafka_address": b.kafka_address, "pid": b.pid,
+                         "alive": pid_alive(b.pid),
                          "registered": b.broker_id in registered, "log": b.log, "metrics": b.metrics_address}
                         for _, b in sorted(state.brokers.items())],
         }

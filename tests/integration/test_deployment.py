@@ -59,9 +59,18 @@ def test_compose_brokers_match_the_local_launcher() -> None:
             assert client.host == internal.host == name
             assert client.security_protocol == ("SASL_SSL" if secure else "PLAINTEXT")
             assert cfg.inter_broker_listener.name == "INTERNAL" and internal.security_protocol == "SSL"
+            # The Kafka protocol listener: on the plain cluster only (broker.config refuses it on a
+            # secure one), advertised under the broker's name.
+            assert [(x.name, x.host) for x in cfg.advertised_kafka_listener_list] == \
+                ([] if secure else [("KAFKA", name)])
+        plain = build_config({**dict(i.split("=", 1) for i in parser.parse_args(svc["command"]).set),
+                              "ssl.keystore.location": __file__, "ssl.truststore.location": __file__})
+        (kafka,) = plain.advertised_kafka_listener_list
+        client = next(x for x in plain.advertised_listener_list if x.name == "CLIENT")
         published = {str(p) for p in svc["ports"]}
-        # Only the client listener, and only on the host's loopback; never INTERNAL nor metrics.
-        assert published == {f"127.0.0.1:{client.port}:{client.port}"}
+        # Only the client listeners (gRPC and Kafka protocol), and only on the host's loopback;
+        # never INTERNAL nor metrics.
+        assert published == {f"127.0.0.1:{client.port}:{client.port}", f"127.0.0.1:{kafka.port}:{kafka.port}"}
         assert svc["healthcheck"]["test"][-1] == f"127.0.0.1:{client.port}"
         assert any(v.endswith(":" + str(cfg.log_dir_paths[0])) for v in svc["volumes"])
         assert "secrets:/etc/minikafka/secrets:ro" in svc["volumes"]

@@ -5,7 +5,7 @@ A newcomer pastes the README's blocks into a shell or a Python prompt beside the
 works in a scratch directory holding ``.venv`` (a link to the project's) and ``.minikafka`` (a
 link to the test cluster's directory, so the CLI's default ``--dir`` finds it), with the
 environment that ``minikafka cluster status`` tells the user to export (``MINIKAFKA_BOOTSTRAP``,
-``MINIKAFKA_ZOOKEEPER``). Blocks fenced as ``text`` are synopses, not commands; a block right
+``MINIKAFKA_ZOOKEEPER``, ``MINIKAFKA_KAFKA_BOOTSTRAP``). Blocks fenced as ``text`` are synopses, not commands; a block right
 after a ``<!-- readme-test: skip REASON -->`` line is not run (only Docker and the ``make``
 targets that would run this very suite are marked so).
 """
@@ -74,7 +74,8 @@ def test_every_readme_block_runs_against_a_local_cluster(cluster, tmp_path: Path
     (work / ".venv").symlink_to(ROOT / ".venv")
     (work / ".minikafka").symlink_to(Path(c.state.dir).resolve())
     env = dict(os.environ, MINIKAFKA_BOOTSTRAP=c.state.bootstrap_servers,
-               MINIKAFKA_ZOOKEEPER=c.state.zookeeper_connect, PYTHONPATH=str(ROOT))
+               MINIKAFKA_ZOOKEEPER=c.state.zookeeper_connect, PYTHONPATH=str(ROOT),
+               MINIKAFKA_KAFKA_BOOTSTRAP=c.state.kafka_bootstrap_servers)
     ran = 0
     for block in readme_blocks((ROOT / "README.md").read_text()):
         if block.lang not in ("sh", "python") or block.skip is not None:

@@ -13,7 +13,7 @@ from client.ops.local_cluster import LocalCluster, fixed_ports
 
 def test_the_documented_series() -> None:
     assert fixed_ports(3) == {"client": [9092, 9093, 9094], "internal": [9192, 9193, 9194],
-                              "metrics": [9292, 9293, 9294]}
+                              "metrics": [9292, 9293, 9294], "kafka": [9392, 9393, 9394]}
 
 
 @pytest.fixture
@@ -27,8 +27,8 @@ def fake_ports(monkeypatch: pytest.MonkeyPatch) -> set[int]:
 def test_fixed_ports_when_free(tmp_path: Path, fake_ports: set[int]) -> None:
     c = LocalCluster(tmp_path, fixed_ports=True)
     assert c._zookeeper_port() == 2181
-    # per broker: client, metrics, internal
-    assert c._broker_ports(2) == [9092, 9292, 9192, 9093, 9293, 9193]
+    # per broker: client, metrics, internal, Kafka protocol
+    assert c._broker_ports(2) == [9092, 9292, 9192, 9392, 9093, 9293, 9193, 9393]
     assert c.notices == []
 
 
@@ -36,14 +36,14 @@ def test_free_ports_with_a_notice_when_one_is_taken(tmp_path: Path, fake_ports: 
     fake_ports.update({2181, 9093})
     c = LocalCluster(tmp_path, fixed_ports=True)
     assert c._zookeeper_port() is None
-    assert c._broker_ports(2) == list(range(40000, 40006))
+    assert c._broker_ports(2) == list(range(40000, 40008))
     assert len(c.notices) == 2 and "2181" in c.notices[0] and "9093" in c.notices[1]
 
 
 def test_free_ports_unless_asked(tmp_path: Path, fake_ports: set[int]) -> None:
     c = LocalCluster(tmp_path)  # the tests' launcher: never the fixed ports
     assert c._zookeeper_port() is None
-    assert c._broker_ports(1) == [40000, 40001, 40002]
+    assert c._broker_ports(1) == [40000, 40001, 40002, 40003]
     assert c.notices == []
 
 

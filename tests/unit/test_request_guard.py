@@ -62,7 +62,7 @@ def test_a_lost_zookeeper_session_is_a_retriable_answer_not_an_unknown_error() -
     Ctrl-C test): the admin request gets REQUEST_TIMED_OUT, which clients retry."""
     from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
-    from broker.server import answer_typed
+    from broker.kafka_apis import answer_typed
 
     async def fails(e: Exception) -> pb.DeleteTopicsResponse:
         raise e

@@ -1,0 +1,140 @@
+"""The one request-handling layer of a broker (Kafka's KafkaApis).
+
+Theory of operation
+-------------------
+A request reaches a broker through one of two transports: a gRPC listener
+(``broker.server.KafkaApiServicer``, the project's own clients) or a Kafka
+wire-protocol listener (``broker.kafka_listener``, librdkafka, kafka-python,
+kcat...). Each transport authenticates the caller its own way and turns the
+request into the protobuf request of ``minikafka.proto``; from there on both
+call ``KafkaApis.handle(api, request, ctx)``, which
+
+* looks the handler up by the API's name (``handlers`` below: the replica
+  manager for produce/fetch/offsets, the admin manager, the group APIs...),
+* runs it under ``answer_typed``: whatever it raises, the caller gets the
+  request's own response shape with a typed error (SPEC S13.2), never a dead
+  connection or gRPC's UNKNOWN,
+* counts requests, errors, latency and record bytes in and out.
+
+So there is exactly one copy of produce, fetch, metadata and admin logic; a
+transport only translates and authenticates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from broker.request_guard import error_response
+from broker.security.principal import RequestContext
+from proto import errors
+from proto import minikafka_pb2 as pb
+from proto.zk_client import is_zookeeper_unavailable
+
+if TYPE_CHECKING:
+    from broker.server import KafkaServer
+
+log = logging.getLogger(__name__)
+E = pb.ErrorCode
+R = TypeVar("R")
+Q = TypeVar("Q")
+Handler = Callable[[Any, RequestContext], Awaitable[Any]]
+
+
+class KafkaApis:
+    def __init__(self, server: KafkaServer) -> None:
+        s = server
+        rm, admin, groups = s.replica_manager, s.admin, s.group_apis
+        self.metrics = s.metrics.requests
+        # API name (as in metrics and error_response) -> handler of the protobuf request.
+        self.handlers: dict[str, Handler] = {
+            "Metadata": s.handle_metadata,
+            "Produce": rm.handle_produce,
+            "Fetch": rm.handle_fetch,
+            "FollowerFetch": rm.handle_fetch,
+            "ListOffsets": _sync(rm.handle_list_offsets),
+            "OffsetsForLeaderEpoch": _sync(rm.handle_offsets_for_leader_epoch),
+            "CreateTopics": admin.create_topics,
+            "DeleteTopics": admin.delete_topics,
+            "DescribeConfigs": admin.describe_configs,
+            "AlterConfigs": admin.alter_configs,
+            "InitProducerId": admin.init_producer_id,
+            "DescribeReplicas": _sync(s.handle_describe_replicas),
+            "ElectLeaders": admin.elect_leaders,
+            "AlterPartitionReassignments": admin.alter_partition_reassignments,
+            "ListPartitionReassignments": admin.list_partition_reassignments,
+            "CreateAcls": admin.create_acls,
+            "DescribeAcls": admin.describe_acls,
+            "DeleteAcls": admin.delete_acls,
+            "AlterUserScramCredentials": admin.alter_user_scram_credentials,
+            "DescribeUserScramCredentials": admin.describe_user_scram_credentials,
+            "FindCoordinator": groups.find_coordinator,
+            "JoinGroup": groups.join_group,
+            "SyncGroup": groups.sync_group,
+            "Heartbeat": groups.heartbeat,
+            "LeaveGroup": groups.leave_group,
+            "OffsetCommit": groups.offset_commit,
+            "OffsetFetch": groups.offset_fetch,
+            "ListGroups": groups.list_groups,
+            "DescribeGroups": groups.describe_groups,
+        }
+
+    async def handle(self, api: str, request: Any, ctx: RequestContext) -> Any:
+        """``request``'s answer from its handler, typed whatever happens, and counted."""
+        m = self.metrics
+        if api == "Produce":
+            m.bytes_in.inc(sum(len(p.records) for t in request.topics for p in t.partitions))
+        start = time.perf_counter()
+        resp = await answer_typed(api, self.handlers[api](request, ctx), request)
+        m.latency.labels(api).observe(time.perf_counter() - start)
+        m.requests.labels(api).inc()
+        for code in partition_errors(resp):
+            m.errors.labels(api, E.Name(code)).inc()
+        if api in ("Fetch", "FollowerFetch"):
+            m.bytes_out.inc(sum(len(p.records) for t in resp.topics for p in t.partitions))
+        return resp
+
+
+def partition_errors(resp: Any) -> list[int]:
+    """Every non-zero partition (or topic) error code in a response, for the error counters."""
+    codes = []
+    for t in getattr(resp, "topics", ()):
+        for p in getattr(t, "partitions", ()):
+            if p.error_code:
+                codes.append(p.error_code)
+        if getattr(t, "error_code", 0) and not getattr(t, "partitions", ()):
+            codes.append(t.error_code)
+    return codes
+
+
+def _sync(handler: Callable[[Q, RequestContext], R]) -> Callable[[Q, RequestContext], Awaitable[R]]:
+    """Await-able wrapper for handlers that answer synchronously (called inside answer_typed)."""
+    async def call(request: Q, ctx: RequestContext) -> R:
+        return handler(request, ctx)
+    return call
+
+
+async def answer_typed(api: str, call: Awaitable[R], request: Any) -> R:
+    """The handler's answer; if it raised anyway, the request's response with a typed error on every
+    partition - never gRPC's UNKNOWN (SPEC S13.2)."""
+    try:
+        return await call
+    except asyncio.CancelledError:
+        raise
+    except errors.KafkaError as e:
+        log.info("%s refused: %s", api, e)
+        resp: R = error_response(api, request, e.code)
+        return resp
+    except Exception as e:
+        if is_zookeeper_unavailable(e):
+            # The session is expiring or reconnecting (a paused broker, a ZooKeeper outage): a
+            # retriable answer, as Kafka's admin manager times out, not an unexplained server error.
+            log.warning("%s: ZooKeeper unavailable (%r); answering REQUEST_TIMED_OUT", api, e)
+            resp = error_response(api, request, errors.RequestTimedOutError.code)
+            return resp
+        log.exception("%s failed unexpectedly; answering UNKNOWN_SERVER_ERROR", api)
+        resp = error_response(api, request, errors.UnknownServerError.code)
+        return resp

@@ -1,0 +1,166 @@
+"""The Kafka listener's shell (broker.kafka_listener) on a real socket, with a stub request layer:
+responses in request order, no answer to acks=0, and a bad frame closes its own connection only.
+Also the ``kafka.listeners`` configuration rules (broker.config)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka_frames import frame, read_response
+
+from broker import kafka_wire as kw
+from broker.config import BrokerConfig, ConfigError, Listener, build_config
+from broker.kafka_listener import KafkaListener, ListenerLimits
+from proto import minikafka_pb2 as pb
+
+LIMITS = ListenerLimits(max_frame_bytes=4096, idle_ms=5000, request_timeout_ms=2000, max_connections=4)
+KAFKA = Listener("KAFKA", "127.0.0.1", 0, "PLAINTEXT")
+
+
+class StubApis:
+    """Stands in for broker.kafka_apis.KafkaApis: records each call, answers an empty response."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any, Any]] = []
+
+    async def handle(self, api: str, request: Any, ctx: Any) -> Any:
+        self.calls.append((api, request, ctx))
+        if api == "Produce":
+            return pb.ProduceResponse()
+        return pb.MetadataResponse(cluster_id="c", controller_id=1, brokers=[
+            pb.BrokerEndpoint(broker_id=1, host="127.0.0.1", port=9392)])
+
+
+def listener(limits: ListenerLimits = LIMITS, apis: StubApis | None = None) -> KafkaListener:
+    return KafkaListener(KAFKA, apis or StubApis(), limits)  # type: ignore[arg-type]
+
+
+async def _open(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def _response(reader: asyncio.StreamReader) -> bytes:
+    size = await asyncio.wait_for(reader.readexactly(4), 5)
+    return size + await asyncio.wait_for(reader.readexactly(int.from_bytes(size, "big")), 5)
+
+
+def _sized(data: bytes) -> bytes:
+    return struct.pack(">i", len(data)) + data
+
+
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    return await asyncio.wait_for(reader.read(1), 5) == b""
+
+
+def test_pipelined_requests_are_answered_in_order_and_acks_zero_not_at_all() -> None:
+    async def go() -> None:
+        apis = StubApis()
+        kl = listener(apis=apis)
+        port = await kl.start()
+        r, w = await _open(port)
+        acks0 = frame(0, 9, {"acks": 0, "topic_data": [{"name": "t", "partition_data": [
+            {"index": 0, "records": b"b"}]}]}, correlation_id=2)
+        w.write(_sized(frame(3, 9, correlation_id=1)) + _sized(acks0) + _sized(frame(18, 3, correlation_id=3)))
+        await w.drain()
+        first = await _response(r)
+        second = await _response(r)
+        assert read_response(first, 3, 9)[0] == 1
+        correlation_id, body = read_response(second, 18, 3)
+        assert correlation_id == 3 and body.api_keys  # the acks=0 produce got no answer in between
+        assert [c[0] for c in apis.calls] == ["Metadata", "Produce"]
+        ctx = apis.calls[0][2]
+        assert (ctx.listener, str(ctx.principal), ctx.inter_broker) == ("KAFKA", "User:ANONYMOUS", False)
+        w.close()
+        await kl.stop()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("bad", [
+    struct.pack(">i", 1 << 30),  # larger than socket.request.max.bytes
+    struct.pack(">i", -5),  # negative size
+    _sized(struct.pack(">hhih", 7, 0, 1, -1)),  # an API that is not advertised
+    _sized(b"\x00\x03\x00\x09garbage!!"),  # Metadata v9 that does not decode
+])
+def test_a_bad_frame_closes_its_connection_only(bad: bytes) -> None:
+    async def go() -> None:
+        kl = listener()
+        port = await kl.start()
+        r1, w1 = await _open(port)
+        r2, w2 = await _open(port)
+        w1.write(bad)
+        await w1.drain()
+        assert await _closed(r1)
+        assert kl.closed_for_violation == 1
+        w2.write(_sized(frame(3, 1, correlation_id=9)))
+        await w2.drain()
+        assert read_response(await _response(r2), 3, 1)[0] == 9
+        w2.close()
+        await kl.stop()
+
+    asyncio.run(go())
+
+
+def test_connections_beyond_max_connections_are_closed_and_idle_ones_too() -> None:
+    async def go() -> None:
+        kl = listener(ListenerLimits(max_frame_bytes=4096, idle_ms=300, request_timeout_ms=2000, max_connections=2))
+        port = await kl.start()
+        held = [await _open(port) for _ in range(2)]
+        # Both are served (and so counted) before the third arrives.
+        for r, w in held:
+            w.write(_sized(frame(18, 0)))
+            await w.drain()
+            await _response(r)
+        r3, _w3 = await _open(port)
+        assert await _closed(r3)
+        # connections.max.idle.ms: the two held ones go once idle.
+        for r, _w in held:
+            assert await _closed(r)
+        await kl.stop()
+
+    asyncio.run(go())
+
+
+@pytest.fixture
+def plain(tmp_path: Path) -> dict[str, str]:
+    """A valid broker: a PLAINTEXT client listener, the inter-broker one on (mutual) TLS."""
+    pem = tmp_path / "x.pem"
+    pem.write_text("x")
+    return {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": str(tmp_path / "logs"),
+            "listeners": "CLIENT://127.0.0.1:9092,INTERNAL://127.0.0.1:9192",
+            "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:SSL,KSSL:SSL",
+            "inter.broker.listener.name": "INTERNAL", "ssl.keystore.location": str(pem),
+            "ssl.truststore.location": str(pem)}
+
+
+def test_kafka_listeners_config(plain: dict[str, str]) -> None:
+    cfg = build_config({**plain, "kafka.listeners": "KAFKA://0.0.0.0:9392",
+                        "advertised.kafka.listeners": "KAFKA://broker1:9392"})
+    assert [(x.name, x.port, x.security_protocol) for x in cfg.kafka_listener_list] == [("KAFKA", 9392, "PLAINTEXT")]
+    assert [x.address for x in cfg.advertised_kafka_listener_list] == ["broker1:9392"]
+    assert build_config(plain).kafka_listener_list == [] == BrokerConfig().kafka_listener_list
+    with pytest.raises(ConfigError, match="also a gRPC listener"):
+        build_config({**plain, "kafka.listeners": "CLIENT://127.0.0.1:9392"})
+    with pytest.raises(ConfigError, match="PLAINTEXT only"):
+        build_config({**plain, "kafka.listeners": "KSSL://127.0.0.1:9392"})
+
+
+def test_no_kafka_listener_on_a_secure_cluster(plain: dict[str, str]) -> None:
+    """Every gRPC client listener authenticates: an anonymous Kafka port would bypass it."""
+    secure = {**plain, "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SSL"}
+    build_config(secure)  # fine without a Kafka listener
+    with pytest.raises(ConfigError, match="unauthenticated"):
+        build_config({**secure, "kafka.listeners": "KAFKA://127.0.0.1:9392"})
+    assert build_config({**plain, "kafka.listeners": "KAFKA://127.0.0.1:9392"}).kafka_listener_list
+
+
+def test_supported_table_is_within_the_library() -> None:
+    from kio.schema.index import api_key_map, schema_name_map
+
+    for key, (_name, lo, hi) in kw.SUPPORTED.items():
+        versions = schema_name_map[api_key_map[key]]
+        assert lo in versions and hi in versions
