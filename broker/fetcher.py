@@ -70,6 +70,8 @@ class ReplicaFetcher:
         # One FetchStream per leader, opened on first use and dropped on any error: each fetch is a
         # message on it (half a unary call's cost), still one request in flight at a time.
         self._stream: Any = None
+        # A leader of an older version has no FetchStream (a rolling upgrade): then unary Fetch.
+        self._unary = False
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -93,6 +95,8 @@ class ReplicaFetcher:
     async def _fetch(self, req: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
         """One Fetch round trip on the stream; any failure closes the stream (the next fetch opens
         a new one) and is raised to the loop, which backs off as after a failed unary call."""
+        if self._unary:
+            return await self._stub.Fetch(req, timeout=timeout_s)  # type: ignore[no-any-return]
         if self._stream is None:
             self._stream = self._stub.FetchStream()
         stream = self._stream
@@ -100,6 +104,15 @@ class ReplicaFetcher:
             async with asyncio.timeout(timeout_s):
                 await stream.write(req)
                 resp = await stream.read()
+        except grpc.aio.AioRpcError as e:
+            if self._stream is stream:
+                self._drop_stream()
+            if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            log.info("leader %d has no FetchStream (an older version): fetching with unary Fetch",
+                     self.leader.broker_id)
+            self._unary = True
+            return await self._stub.Fetch(req, timeout=timeout_s)  # type: ignore[no-any-return]
         except BaseException:
             if self._stream is stream:
                 self._drop_stream()
