@@ -33,11 +33,19 @@ from proto.names import validate_group_id, validate_topic_name
 from proto.properties import parse_properties
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
+ZOOKEEPER_IGNORED = ("warning: --zookeeper is ignored: consumer groups are kept by the brokers' group "
+                     "coordinator (as in Kafka since 2.0); --bootstrap-server is all this command needs")
 
-def add_connection_args(p: argparse.ArgumentParser, zookeeper: bool = False) -> None:
+
+def add_connection_args(p: argparse.ArgumentParser, zookeeper: bool = False, zookeeper_ignored: bool = False) -> None:
+    """``zookeeper``: the command talks to ZooKeeper too. ``zookeeper_ignored``: it used to (consumer
+    groups before the group coordinator); ``--zookeeper`` is still accepted, hidden from the help, and
+    answered with a warning rather than silently dropped or breaking old scripts."""
     p.add_argument("--bootstrap-server", default=None, help="host:port[,host:port] (default: the local cluster)")
     if zookeeper:
         p.add_argument("--zookeeper", default=None, help="host:port[/chroot] (default: the local cluster's)")
+    elif zookeeper_ignored:
+        p.add_argument("--zookeeper", default=None, help=argparse.SUPPRESS)
     p.add_argument("--dir", type=Path, default=None,
                    help="local cluster directory (default: $MINIKAFKA_DIR or .minikafka); --bootstrap-server, "
                         "then --dir, then $MINIKAFKA_BOOTSTRAP, then ./.minikafka decide where the cluster is")
@@ -217,7 +225,7 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=cmd_produce)
 
     c = sub.add_parser("consume", help="print records (kafka-console-consumer)")
-    add_connection_args(c, zookeeper=True)
+    add_connection_args(c, zookeeper_ignored=True)
     c.add_argument("--topic", required=True, help="the topic to read (it must exist)")
     c.add_argument("--group", default=None, help="consumer group: share partitions, commit offsets")
     c.add_argument("--from-beginning", action="store_true",
@@ -232,7 +240,7 @@ def add_parsers(sub: Any) -> None:
     c.set_defaults(func=cmd_consume)
 
     g = sub.add_parser("groups", help="list, describe, reset consumer groups (kafka-consumer-groups)")
-    add_connection_args(g, zookeeper=True)
+    add_connection_args(g, zookeeper_ignored=True)
     gaction = g.add_mutually_exclusive_group(required=True)
     for a, text in (("list", "list group ids"), ("describe", "a group's offsets, lag and owners"),
                     ("reset-offsets", "move a group's committed offsets (dry run without --execute)")):
@@ -379,7 +387,13 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def warn_if_zookeeper_given(args: argparse.Namespace) -> None:
+    if getattr(args, "zookeeper", None):
+        print(ZOOKEEPER_IGNORED, file=sys.stderr)
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
+    warn_if_zookeeper_given(args)
     props = _configs(args.property)
     show = {k: props.get(f"print.{k}", "false").lower() == "true" for k in ("key", "offset", "partition",
                                                                           "timestamp")}
@@ -450,6 +464,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 def cmd_groups(args: argparse.Namespace) -> int:
+    warn_if_zookeeper_given(args)
     # Groups go through the brokers' group coordinator: bootstrap servers are enough.
     with AdminClient(bootstrap_from_args(args), security=security_from_args(args)) as admin:
         if args.list:

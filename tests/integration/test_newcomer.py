@@ -113,8 +113,7 @@ def test_refusals_and_notices_instead_of_silent_guesses(cluster, tmp_path: Path)
 
     # Reset beyond the range: clamped with Kafka's warning, per partition.
     cli("topics", "--create", "--topic", "empty", "--partitions", "1", "--replication-factor", "1", *common)
-    r = cli("groups", "--reset-offsets", "--group", "g", "--topic", "empty", "--to-offset", "5",
-            "--zookeeper", cluster.zk_connect, *common)
+    r = cli("groups", "--reset-offsets", "--group", "g", "--topic", "empty", "--to-offset", "5", *common)
     assert r.returncode == 0, r.stderr
     assert one_line(r) == ("warning: New offset (5) is higher than latest offset for topic partition empty-0. "
                            "Value will be set to 0")

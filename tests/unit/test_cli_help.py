@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from client.cli import build_parser
+
+# Accepted for old scripts but ignored with a warning, so kept out of the help.
+HIDDEN_ON_PURPOSE = {"minikafka consume --zookeeper", "minikafka groups --zookeeper"}
 
 
 def _walk(parser: argparse.ArgumentParser, path: str) -> list[str]:
@@ -20,8 +25,9 @@ def _walk(parser: argparse.ArgumentParser, path: str) -> list[str]:
                     missing.append(f"{path} {name} (command)")
                 missing += _walk(sub, f"{path} {name}")
             continue
-        if not action.help or action.help == argparse.SUPPRESS:
-            missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+        name = f"{path} {'/'.join(action.option_strings) or action.dest}"
+        if not action.help or (action.help == argparse.SUPPRESS and name not in HIDDEN_ON_PURPOSE):
+            missing.append(name)
     return missing
 
 
@@ -36,3 +42,17 @@ def test_every_flag_of_the_spark_jobs_has_help() -> None:
     missing = _walk(topic_to_parquet.build_parser(), "topic_to_parquet")
     missing += _walk(events_per_key.build_parser(), "events_per_key")
     assert missing == [], "flags without help text:\n" + "\n".join(missing)
+
+
+def test_zookeeper_on_consume_and_groups_is_accepted_with_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    """Consumer groups live on the brokers' coordinator: ``--zookeeper`` on consume/groups (Kafka's
+    pre-2.0 habit) is neither silently dropped nor an error for old scripts, but warned about."""
+    from client.cli.tools import ZOOKEEPER_IGNORED, warn_if_zookeeper_given
+
+    parser = build_parser()
+    for argv in (["consume", "--topic", "t", "--zookeeper", "127.0.0.1:2181"],
+                 ["groups", "--list", "--zookeeper", "127.0.0.1:2181"]):
+        warn_if_zookeeper_given(parser.parse_args(argv))
+        assert capsys.readouterr().err.strip() == ZOOKEEPER_IGNORED
+    warn_if_zookeeper_given(parser.parse_args(["consume", "--topic", "t"]))
+    assert capsys.readouterr().err == ""
