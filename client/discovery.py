@@ -8,7 +8,8 @@ A saved address breaks when the local cluster restarts on other ports, so a clie
 2. the local cluster's state file, ``cluster.json`` in ``MINIKAFKA_DIR`` or ``./.minikafka``
    (what ``minikafka cluster up`` writes; read here as plain JSON so the library does not import
    the launcher);
-3. Kafka's customary ``127.0.0.1:9092`` (for ZooKeeper: none - a consumer group then says it
+3. the local cluster's documented gRPC address ``127.0.0.1:9392`` (Kafka's customary 9092 is
+   the local cluster's Kafka wire-protocol listener, for Kafka's own clients; for ZooKeeper: none - a consumer group then says it
    needs ``zookeeper_connect``, rather than waiting on a guessed address).
 """
 
@@ -27,7 +28,7 @@ ZOOKEEPER_ENV = "MINIKAFKA_ZOOKEEPER"
 DIR_ENV = "MINIKAFKA_DIR"
 DEFAULT_DIR = ".minikafka"
 STATE_FILE = "cluster.json"  # client/ops/local_cluster.py writes it
-FALLBACK_BOOTSTRAP = "127.0.0.1:9092"
+FALLBACK_BOOTSTRAP = "127.0.0.1:9392"
 
 
 def local_cluster_dir() -> Path:

@@ -31,8 +31,8 @@ def add_parser(sub: Any) -> None:
     up.add_argument("--zookeeper", default=None, metavar="HOST:PORT", help="use a running ZooKeeper")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker config override")
     up.add_argument("--random-ports", action="store_true",
-                    help="free ports instead of the fixed ones (ZooKeeper 2181, brokers' clients 9092.., "
-                         "inter-broker 9192.., metrics 9292..), which are used when free")
+                    help="free ports instead of the fixed ones (ZooKeeper 2181, brokers' Kafka protocol 9092.., "
+                         "gRPC clients 9392.., inter-broker 9192.., metrics 9292..), which are used when free")
     up.add_argument("--secure", action="store_true",
                     help="clients on TLS + SCRAM (SASL_SSL) with ACLs on and an admin super user")
     up.set_defaults(func=_cmd_up)

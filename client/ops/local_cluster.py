@@ -74,17 +74,18 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
-# The documented addresses of `minikafka cluster up` (Kafka's customary ones): ZooKeeper on 2181,
-# broker N's client listener on 9092 + N - 1, its inter-broker (mutual TLS) listener on
-# 9192 + N - 1, its Prometheus metrics on 9292 + N - 1 and its Kafka wire-protocol listener
-# (librdkafka, kafka-python, kcat...) on 9392 + N - 1. Saved addresses keep working across
+# The documented addresses of `minikafka cluster up`: ZooKeeper on 2181 and broker N's Kafka
+# wire-protocol listener (librdkafka, kafka-python, kcat...) on 9092 + N - 1, Kafka's customary
+# ones; its gRPC client listener (this project's clients) on 9392 + N - 1, its inter-broker
+# (mutual TLS) listener on 9192 + N - 1 and its Prometheus metrics on 9292 + N - 1. A secure
+# cluster opens no Kafka listener (it would be unauthenticated). Saved addresses keep working across
 # restarts; when any of them is taken (another cluster, another program) the cluster takes free
 # ports instead and says so, and `--random-ports` (the tests) always does.
 ZOOKEEPER_PORT = 2181
-CLIENT_PORT_BASE = 9092
+CLIENT_PORT_BASE = 9392
 INTERNAL_PORT_BASE = 9192
 METRICS_PORT_BASE = 9292
-KAFKA_PORT_BASE = 9392
+KAFKA_PORT_BASE = 9092
 
 
 def fixed_ports(brokers: int) -> dict[str, list[int]]:
@@ -392,7 +393,8 @@ class LocalCluster:
                  broker_overrides: dict[str, str] | None = None,
                  broker_netns: dict[int, tuple[str, str]] | None = None,
                  zk_digest: tuple[str, str] | None = None, fixed_ports: bool = False) -> None:
-        """``fixed_ports``: the documented ports (ZooKeeper 2181, brokers from 9092) where free;
+        """``fixed_ports``: the documented ports (ZooKeeper 2181, brokers' Kafka listeners from 9092,
+        gRPC from 9392) where free;
         else (the tests) free ports. ``notices`` says when fixed ports were taken.
         ``broker_netns``: broker id -> (network namespace, address in it) for brokers that run in
         namespaces of their own (tests/chaos' network partition); others listen on 127.0.0.1.

@@ -2,7 +2,7 @@
 
     from client.spark import local_session, register
     spark = local_session("my-job")          # or any SparkSession, then: register(spark)
-    df = (spark.read.format("minikafka").option("bootstrap.servers", "127.0.0.1:9092")
+    df = (spark.read.format("minikafka").option("bootstrap.servers", "127.0.0.1:9392")
           .option("subscribe", "events").load())
 
 ``client.spark.options`` (pure) and ``client.spark.cluster_io`` do not import

@@ -169,7 +169,7 @@ def bootstrap_from(options: Mapping[str, str]) -> str:
                or os.environ.get(BOOTSTRAP_ENV, "").strip())
     if not servers:
         raise SparkOptionError("option 'bootstrap.servers' (or 'kafka.bootstrap.servers') is required "
-                               f"unless ${BOOTSTRAP_ENV} is set, e.g. .option('bootstrap.servers', '127.0.0.1:9092')")
+                               f"unless ${BOOTSTRAP_ENV} is set, e.g. .option('bootstrap.servers', '127.0.0.1:9392')")
     return servers
 
 

@@ -1,4 +1,4 @@
-"""Clients find the cluster without flags (issue 17): environment, then the local cluster, then 9092."""
+"""Clients find the cluster without flags (issue 17): environment, then the local cluster, then 9392."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ def write_state(directory: Path) -> None:
                     "2": {"broker_id": 2, "port": 40002, "host": "127.0.0.1"}}}))
 
 
-def test_nothing_known_gives_kafkas_default_and_no_zookeeper() -> None:
-    assert discovery.default_bootstrap() == "127.0.0.1:9092"
+def test_nothing_known_gives_the_local_clusters_grpc_default_and_no_zookeeper() -> None:
+    # 9392: the documented gRPC port of `cluster up`'s broker 1 (9092 is its Kafka-protocol port).
+    assert discovery.default_bootstrap() == "127.0.0.1:9392"
     assert discovery.default_zookeeper() is None
 
 
@@ -53,4 +54,4 @@ def test_the_environment_wins_over_the_local_cluster(tmp_path: Path, monkeypatch
 def test_a_damaged_state_file_is_ignored(tmp_path: Path) -> None:
     (tmp_path / ".minikafka").mkdir()
     (tmp_path / ".minikafka" / "cluster.json").write_text("{not json")
-    assert discovery.default_bootstrap() == "127.0.0.1:9092"
+    assert discovery.default_bootstrap() == "127.0.0.1:9392"

@@ -12,8 +12,9 @@ from client.ops.local_cluster import LocalCluster, fixed_ports
 
 
 def test_the_documented_series() -> None:
-    assert fixed_ports(3) == {"client": [9092, 9093, 9094], "internal": [9192, 9193, 9194],
-                              "metrics": [9292, 9293, 9294], "kafka": [9392, 9393, 9394]}
+    # Kafka's own clients get Kafka's customary 9092 series; this project's gRPC clients 9392.
+    assert fixed_ports(3) == {"client": [9392, 9393, 9394], "internal": [9192, 9193, 9194],
+                              "metrics": [9292, 9293, 9294], "kafka": [9092, 9093, 9094]}
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def test_fixed_ports_when_free(tmp_path: Path, fake_ports: set[int]) -> None:
     c = LocalCluster(tmp_path, fixed_ports=True)
     assert c._zookeeper_port() == 2181
     # per broker: client, metrics, internal, Kafka protocol
-    assert c._broker_ports(2) == [9092, 9292, 9192, 9392, 9093, 9293, 9193, 9393]
+    assert c._broker_ports(2) == [9392, 9292, 9192, 9092, 9393, 9293, 9193, 9093]
     assert c.notices == []
 
 
