@@ -13,6 +13,12 @@ only frames, translates and authenticates.
 Every boundary distrusts its input (SPEC S12, S13):
 
 * a frame's size must lie between a header's and ``socket.request.max.bytes``;
+* the bytes of frames being read or answered, over every connection of every
+  Kafka listener of the broker, stay within ``queued.max.request.bytes``
+  (Kafka's memory pool): a connection whose next frame does not fit waits
+  (Kafka mutes it) and is closed if room does not come within
+  ``request.timeout.ms`` - so ``max.connections`` clients each announcing a
+  100 MB frame cannot take 100 GB;
 * a frame that does not decode, names an API or version that ApiVersions did
   not advertise, or that the translation cannot answer closes *that*
   connection (Kafka's behaviour on a protocol violation) and nothing else;
@@ -41,6 +47,7 @@ from typing import Any
 from broker import kafka_wire
 from broker.config import Listener
 from broker.kafka_apis import KafkaApis
+from broker.request_guard import ByteBudget
 from broker.security.principal import ANONYMOUS, PLAINTEXT, RequestContext
 
 log = logging.getLogger(__name__)
@@ -52,13 +59,17 @@ class ListenerLimits:
     idle_ms: int  # connections.max.idle.ms
     request_timeout_ms: int  # request.timeout.ms: the longest a started frame may take to arrive
     max_connections: int  # max.connections
+    queued_max_request_bytes: int = -1  # queued.max.request.bytes: frames held at once, all connections
 
 
 class KafkaListener:
-    def __init__(self, listener: Listener, apis: KafkaApis, limits: ListenerLimits) -> None:
+    def __init__(self, listener: Listener, apis: KafkaApis, limits: ListenerLimits,
+                 budget: ByteBudget | None = None) -> None:
         self.listener = listener
         self.apis = apis
         self.limits = limits
+        # Shared by every Kafka listener of a broker (the server passes one), like Kafka's memory pool.
+        self.budget = budget if budget is not None else ByteBudget(limits.queued_max_request_bytes)
         self.port = -1
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
@@ -118,16 +129,25 @@ class KafkaListener:
             if not kafka_wire.MIN_FRAME_BYTES <= size <= lim.max_frame_bytes:
                 self._violation(host, f"frame of {size} bytes (socket.request.max.bytes is {lim.max_frame_bytes})")
                 return
+            # Room for the frame before reading it: a frame is held until its answer is written.
+            if not await self.budget.acquire(size, lim.request_timeout_ms / 1000.0):
+                log.info("%s: closing the connection from %s: no room for a %d-byte frame within %d ms "
+                         "(queued.max.request.bytes)", self.listener.name, host, size, lim.request_timeout_ms)
+                return
             try:
-                frame = await asyncio.wait_for(reader.readexactly(size), lim.request_timeout_ms / 1000.0)
-            except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
-                return
-            out = await self._answer(frame, ctx, host)
-            if out is None:
-                return
-            if out:
-                writer.write(out)
-                await writer.drain()
+                try:
+                    frame = await asyncio.wait_for(reader.readexactly(size), lim.request_timeout_ms / 1000.0)
+                except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+                    return
+                out = await self._answer(frame, ctx, host)
+                del frame
+                if out is None:
+                    return
+                if out:
+                    writer.write(out)
+                    await writer.drain()
+            finally:
+                await self.budget.release(size)
 
     async def _answer(self, frame: bytes, ctx: RequestContext, host: str) -> bytes | None:
         """The response frame (b"" when none is due); None closes the connection."""

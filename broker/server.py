@@ -45,7 +45,7 @@ from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.observability import BrokerMetrics, EventBuffer
 from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
-from broker.request_guard import error_response, judge_names
+from broker.request_guard import ByteBudget, error_response, judge_names
 from broker.security.authorizer import TOPIC, Acl, Resource
 from broker.security.gatekeeper import Gatekeeper, ListenerRole
 from broker.security.principal import RequestContext
@@ -196,9 +196,10 @@ class KafkaServer:
         # advertised only once every listener it names answers.
         self.kafka_listeners: list[KafkaListener] = []
         limits = ListenerLimits(cfg.socket_request_max_bytes, cfg.connections_max_idle_ms, cfg.request_timeout_ms,
-                                cfg.max_connections)
+                                cfg.max_connections, cfg.queued_max_request_bytes)
+        frame_budget = ByteBudget(cfg.queued_max_request_bytes)  # one pool for every Kafka listener
         for x in cfg.kafka_listener_list:
-            kl = KafkaListener(x, self.apis, limits)
+            kl = KafkaListener(x, self.apis, limits, frame_budget)
             self.ports[x.name] = await kl.start()
             self.kafka_listeners.append(kl)
         self.port = self.ports[next(r.listener.name for r in self.gate.roles() if not r.inter_broker)

@@ -164,3 +164,43 @@ def test_supported_table_is_within_the_library() -> None:
     for key, (_name, lo, hi) in kw.SUPPORTED.items():
         versions = schema_name_map[api_key_map[key]]
         assert lo in versions and hi in versions
+
+
+def test_frames_in_flight_share_one_byte_budget_across_connections() -> None:
+    """queued.max.request.bytes bounds the bytes of frames held over every connection (S13: bound
+    every resource): a frame that does not fit waits until another frame's bytes are released,
+    so N connections announcing big frames cannot make the broker hold N big frames."""
+    async def go() -> None:
+        apis = StubApis()
+        kl = listener(ListenerLimits(max_frame_bytes=4096, idle_ms=5000, request_timeout_ms=3000, max_connections=4,
+                                     queued_max_request_bytes=3000), apis=apis)
+        port = await kl.start()
+        # A announces a 2000-byte frame and sends only part of it: it holds 2000 bytes of the budget.
+        _ra, wa = await _open(port)
+        wa.write(struct.pack(">i", 2000) + b"\0" * 100)
+        await wa.drain()
+        for _ in range(100):  # bounded: until the listener has taken A's room
+            if kl.budget.in_flight == 2000:
+                break
+            await asyncio.sleep(0.02)
+        assert kl.budget.in_flight == 2000
+        # B's complete produce frame of ~1300 bytes does not fit beside it: not read, not answered.
+        rb, wb = await _open(port)
+        produce = frame(0, 9, {"acks": 1, "topic_data": [{"name": "t", "partition_data": [
+            {"index": 0, "records": b"x" * 1200}]}]}, correlation_id=5)
+        assert 1000 < len(produce) < 4096
+        wb.write(_sized(produce))
+        await wb.drain()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(rb.readexactly(4), 0.5)
+        assert apis.calls == []
+        # A goes away: its room comes back and B is answered.
+        wa.close()
+        answer = await _response(rb)
+        assert read_response(answer, 0, 9)[0] == 5
+        assert [c[0] for c in apis.calls] == ["Produce"]
+        assert kl.budget.in_flight == 0
+        wb.close()
+        await kl.stop()
+
+    asyncio.run(go())
