@@ -59,6 +59,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from broker.kafka_wire_bounds import check_request
 from broker.log.config import TOPIC_CONFIG_NAMES
 from proto import minikafka_pb2 as pb
 
@@ -141,6 +142,9 @@ def decode_request(frame: bytes) -> Decoded:
         raise ProtocolError(f"api key {h.api_key} version {h.api_version} is not supported")
     cls = _request_class(h.api_key, h.api_version)
     try:
+        # kio's compiled reader would reserve memory for whatever count the frame claims (and abort
+        # the process when that fails): every length is checked against the frame first.
+        check_request(cls.__header_schema__, cls, frame)
         _header, size = entity_reader(cls.__header_schema__)(frame, 0)
         request, _n = entity_reader(cls)(frame, size)
     except (SerialError, ValueError, UnicodeDecodeError) as e:
