@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def test_readme_blocks_are_found_and_fenced_with_a_language() -> None:
     assert len(runnable) >= 5
 
 
+@pytest.mark.timeout(900)  # a dozen blocks, some start Spark; each is bounded by BLOCK_TIMEOUT_S
 def test_every_readme_block_runs_against_a_local_cluster(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     c = cluster.start(3)
     assert c.state is not None
@@ -82,7 +84,9 @@ def test_every_readme_block_runs_against_a_local_cluster(cluster, tmp_path: Path
             continue
         cmd = ["bash", "-euo", "pipefail", "-c", block.code] if block.lang == "sh" \
             else [sys.executable, "-c", block.code]
+        started = time.monotonic()
         r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S)
+        print(f"README block at line {block.line} ({block.lang}): {time.monotonic() - started:.1f} s")
         assert r.returncode == 0, (f"README block at line {block.line} ({block.lang}) exited {r.returncode}:\n"
                                    f"{block.code}\n--- stdout\n{r.stdout[-2000:]}\n--- stderr\n{r.stderr[-3000:]}")
         ran += 1
