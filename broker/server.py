@@ -198,7 +198,8 @@ class KafkaServer:
         limits = ListenerLimits(cfg.socket_request_max_bytes, cfg.connections_max_idle_ms, cfg.request_timeout_ms,
                                 cfg.max_connections)
         for x in cfg.kafka_listener_list:
-            kl = KafkaListener(x, self.apis, limits)
+            kl = KafkaListener(x, self.apis, limits, tls=self.gate.kafka_tls(x), sasl=self.gate.kafka_sasl(x),
+                               broker_prefix=cfg.broker_principal_prefix)
             self.ports[x.name] = await kl.start()
             self.kafka_listeners.append(kl)
         self.port = self.ports[next(r.listener.name for r in self.gate.roles() if not r.inter_broker)

@@ -5,10 +5,9 @@ an exchange must fail (bad proof, wrong nonce, unknown user, oversized or garble
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 
 import pytest
+from scram_client import client_final
 
 from proto import scram
 from proto.scram import ScramCredential, ScramError, server_final, server_first
@@ -18,18 +17,6 @@ SECRET = b"per-server secret"
 
 def _lookup(users: dict[str, ScramCredential]):  # type: ignore[no-untyped-def]
     return users.get
-
-
-def client_final(password: str, client_first_bare: str, server_first_message: str, gs2: str = "n,,") -> bytes:
-    """RFC 5802 section 3, the client's computation."""
-    attrs = dict(part.split("=", 1) for part in server_first_message.split(","))
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
-    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
-    without_proof = f"c={base64.b64encode(gs2.encode()).decode()},r={attrs['r']}"
-    auth = f"{client_first_bare},{server_first_message},{without_proof}".encode()
-    signature = hmac.new(hashlib.sha256(client_key).digest(), auth, hashlib.sha256).digest()
-    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
-    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
 
 def test_rfc_7677_example() -> None:
