@@ -33,12 +33,13 @@ Security (SPEC S12), per listener protocol, as Kafka 2.x:
 * SASL_SSL: TLS, then SCRAM-SHA-256 through SaslHandshake/SaslAuthenticate
   (``broker.kafka_sasl``) against the credentials the gRPC listeners use; the principal is
   ``User:<name>``. Until authentication completes only ApiVersions, SaslHandshake and
-  SaslAuthenticate are served, frames are small (``MAX_PREAUTH_FRAME_BYTES``), and the TLS
-  handshake plus the SASL exchange must finish within ``request.timeout.ms``; anything else closes
+  SaslAuthenticate are served, frames are small (``MAX_PREAUTH_FRAME_BYTES``), and the SASL
+  exchange must finish within ``request.timeout.ms`` of the TLS handshake; anything else closes
   the connection.
 
-The TLS handshake runs after the connection is counted against ``max.connections`` (a crowd of
-half-open handshakes is bounded like any other connection) and within ``request.timeout.ms``.
+The TLS handshake must finish within ``request.timeout.ms`` (a client that connects and says
+nothing, or speaks PLAINTEXT to a TLS port, is dropped then or at once); a connection counts
+against ``max.connections`` from its completed handshake on.
 The principal then goes into the ``RequestContext`` of every request, so the ACLs apply exactly
 as on the gRPC listeners. SASL_PLAINTEXT is not offered: the gRPC listeners never take SASL
 credentials without TLS, and SCRAM without TLS would leave the session after authentication open
@@ -105,8 +106,11 @@ class KafkaListener:
 
     async def start(self) -> int:
         """Listen; the bound port (a configured 0 takes a free one)."""
-        self._server = await asyncio.start_server(self._accept, self.listener.host, self.listener.port,
-                                                  reuse_address=True)
+        # TLS by the server itself: the handshake must complete before any byte is read as a
+        # frame (upgrading a StreamReader later can lose a ClientHello already buffered by it).
+        self._server = await asyncio.start_server(
+            self._accept, self.listener.host, self.listener.port, reuse_address=True, ssl=self.tls,
+            ssl_handshake_timeout=self.limits.request_timeout_ms / 1000.0 if self.tls is not None else None)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
 
@@ -131,14 +135,6 @@ class KafkaListener:
         assert task is not None
         self._connections.add(task)
         try:
-            if self.tls is not None:
-                # After counting the connection: a handshake in progress holds a place too.
-                try:
-                    await writer.start_tls(self.tls, ssl_handshake_timeout=self.limits.request_timeout_ms / 1000.0)
-                except (ssl.SSLError, ConnectionError, TimeoutError, OSError) as e:
-                    log.info("%s: TLS handshake with %s failed: %r", self.listener.name,
-                             writer.get_extra_info("peername"), e)
-                    return
             await self._serve(reader, writer)
         except asyncio.CancelledError:
             pass
@@ -169,7 +165,7 @@ class KafkaListener:
         ctx = self._context(writer, host)
         session = SaslSession(self.sasl) if self.sasl is not None else None
         lim = self.limits
-        # The TLS handshake and the SASL exchange together, from the connection's start.
+        # The whole SASL exchange, from the end of the TLS handshake.
         auth_deadline = time.monotonic() + lim.request_timeout_ms / 1000.0
         while True:
             pending = session is not None and not session.authenticated
