@@ -182,7 +182,8 @@ class KafkaListener:
             size = int.from_bytes(size_bytes, "big", signed=True)
             most = min(lim.max_frame_bytes, kafka_sasl.MAX_PREAUTH_FRAME_BYTES) if pending else lim.max_frame_bytes
             if not (1 if pending else kafka_wire.MIN_FRAME_BYTES) <= size <= most:
-                self._violation(host, f"frame of {size} bytes (at most {most} {'before authentication' if pending else ''})")
+                when = " before authentication" if pending else ""
+                self._violation(host, f"frame of {size} bytes (at most {most}{when})")
                 return
             try:
                 frame = await asyncio.wait_for(reader.readexactly(size), lim.request_timeout_ms / 1000.0)
