@@ -121,6 +121,8 @@ class SaslSession:
 
     def authenticate(self, token: bytes) -> Reply:
         """One SCRAM message in; the answer (``auth_bytes``) or SASL_AUTHENTICATION_FAILED out."""
+        if self.authenticated:  # no re-authentication (KIP-368): refused, the session stands
+            return Reply(illegal_state(SASL_AUTHENTICATE), close=False)
         if self.phase is not Phase.AUTHENTICATE:
             return self._fail("SaslAuthenticate is not expected now", ILLEGAL_SASL_STATE)
         try:

@@ -339,3 +339,29 @@ def test_tls_kafka_listener_needs_its_pem_files(secure: dict[str, str], tmp_path
     with pytest.raises(ConfigError, match=r"ssl\.keystore\.location|is not a readable file"):
         build_config({**plain, "ssl.keystore.location": str(tmp_path / "missing.pem"),
                       "kafka.listeners": "KAFKA://127.0.0.1:9392"})
+
+
+def test_sasl_session_gate_is_a_pure_state_machine() -> None:
+    """broker.kafka_sasl without sockets: what each phase admits, and every way out of it."""
+    from broker.kafka_sasl import Phase, SaslSession
+
+    s = SaslSession(SaslServerConfig(USERS.get, b"k"), nonce=lambda: "srv")
+    assert s.admits(18) and s.admits(17) and not s.admits(3)  # Metadata: never before authentication
+    assert not s.admits(36)  # SaslAuthenticate before the handshake
+    assert s.handshake("SCRAM-SHA-256", 1).values["error_code"] == 0 and s.phase is Phase.AUTHENTICATE
+    assert s.admits(36) and not s.admits(18) and not s.admits(17)
+    first = s.authenticate(b"n,,n=alice,r=c")
+    assert first.values["auth_bytes"].startswith(b"r=csrv,") and not first.close
+    final = s.authenticate(client_final("alice-secret", "n=alice,r=c", first.values["auth_bytes"].decode()))
+    assert not final.close and s.authenticated and s.user == "alice" and s.admits(3)
+    # A third SCRAM message is not due.
+    assert s.authenticate(b"more").values["error_code"] == kafka_sasl.ILLEGAL_SASL_STATE and s.authenticated
+    # Garbled first message: answered 58 and closed; the session is over.
+    t = SaslSession(SaslServerConfig(USERS.get, b"k"))
+    t.handshake("SCRAM-SHA-256", 1)
+    bad = t.authenticate(b"\x00garbage")
+    assert bad.close and bad.values["error_code"] == kafka_sasl.SASL_AUTHENTICATION_FAILED and t.phase is Phase.FAILED
+    assert not t.admits(36)
+    # The request budget before authentication.
+    u = SaslSession(SaslServerConfig(USERS.get, b"k"))
+    assert all(u.admits(18) for _ in range(kafka_sasl.MAX_PREAUTH_REQUESTS)) and not u.admits(17)
