@@ -185,8 +185,11 @@ class KafkaListener:
                 when = " before authentication" if pending else ""
                 self._violation(host, f"frame of {size} bytes (at most {most}{when})")
                 return
+            body_wait = lim.request_timeout_ms / 1000.0
+            if pending:
+                body_wait = max(0.0, min(body_wait, auth_deadline - time.monotonic()))
             try:
-                frame = await asyncio.wait_for(reader.readexactly(size), lim.request_timeout_ms / 1000.0)
+                frame = await asyncio.wait_for(reader.readexactly(size), body_wait)
             except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
                 return
             if pending:
@@ -195,7 +198,7 @@ class KafkaListener:
                 if session.authenticated:
                     assert session.user is not None
                     ctx = dataclasses.replace(ctx, principal=user(session.user))
-                    log.info("%s: %s authenticated from %s", self.listener.name, ctx.principal, host)
+                    log.debug("%s: %s authenticated from %s", self.listener.name, ctx.principal, host)
             else:
                 answer = await self._answer(frame, ctx, host)
                 out, close = (answer or b""), answer is None
