@@ -10,6 +10,12 @@ and optionally ``control.plane.listener.name``. The inter-broker (and control-pl
 must be SSL: it is served with mutual TLS and only broker certificates are let in (SPEC S12.1).
 Certificates are PEM files: ``ssl.keystore.location`` (certificate chain and private key) and
 ``ssl.truststore.location`` (the CA); ``minikafka certs`` makes them.
+
+Kafka wire-protocol listeners (``kafka.listeners``, ``advertised.kafka.listeners``, served by
+``broker.kafka_listener``) take their protocol from the same map: PLAINTEXT, SSL or SASL_SSL
+(SCRAM-SHA-256 against the same credentials). ``check_kafka_listeners`` keeps them no weaker than
+the gRPC client listeners: no PLAINTEXT one beside TLS-only clients, and none that lets anonymous
+clients in where every gRPC client authenticates.
 """
 
 from __future__ import annotations
@@ -248,7 +254,7 @@ class BrokerConfig:
     @property
     def kafka_listener_list(self) -> list[Listener]:
         """The Kafka wire-protocol listeners (``kafka.listeners``; none by default). A name absent
-        from listener.security.protocol.map is PLAINTEXT, the only protocol they speak yet."""
+        from listener.security.protocol.map is PLAINTEXT (Kafka's map names SSL and SASL_SSL ones)."""
         if not self.kafka_listeners.strip():
             return []
         return parse_listeners(self.kafka_listeners, self.protocol_map, default_protocol="PLAINTEXT")
@@ -448,26 +454,53 @@ def check_listeners(cfg: BrokerConfig) -> None:
             raise ConfigError(f"super.users: {p!r} is not a principal (User:name)")
 
 
+def authenticates(cfg: BrokerConfig, x: Listener) -> bool:
+    """Does every client on ``x`` prove who it is? SASL_SSL always; SSL when a client certificate
+    is required (``ssl.client.auth=required``, or the inter-broker/control-plane listener)."""
+    if x.security_protocol == "SASL_SSL":
+        return True
+    if x.security_protocol == "SSL":
+        grpc_planes = {cfg.inter_broker_listener.name, cfg.control_plane_listener.name}
+        return cfg.ssl_client_auth == "required" or x.name in grpc_planes
+    return False
+
+
 def check_kafka_listeners(cfg: BrokerConfig) -> None:
-    """The Kafka wire-protocol listeners: PLAINTEXT only (no SASL/TLS on that transport yet), names
-    apart from the gRPC listeners', and never on a secure cluster - when no gRPC listener is
-    PLAINTEXT every client authenticates, and an anonymous Kafka port would bypass that."""
+    """The Kafka wire-protocol listeners: names apart from the gRPC listeners', PLAINTEXT, SSL or
+    SASL_SSL (SASL_PLAINTEXT is not offered: SCRAM without TLS leaves the session open), the TLS
+    material present for SSL/SASL_SSL, and none weaker than the gRPC client listeners:
+
+    * when no gRPC client listener is PLAINTEXT (clients are on TLS), no PLAINTEXT Kafka listener;
+    * when every gRPC client listener authenticates, no Kafka listener that does not (PLAINTEXT,
+      or SSL without ``ssl.client.auth=required``) - an anonymous port would bypass it."""
     kafka = cfg.kafka_listener_list
     cfg.advertised_kafka_listener_list  # noqa: B018 - parses advertised.kafka.listeners
     if not kafka:
         return
-    grpc_names = {x.name for x in cfg.listener_list}
+    grpc_listeners = cfg.listener_list
+    grpc_names = {x.name for x in grpc_listeners}
+    grpc_planes = {cfg.inter_broker_listener.name, cfg.control_plane_listener.name}
+    clients = [x for x in grpc_listeners if x.name not in grpc_planes] or grpc_listeners
+    all_tls = not any(x.security_protocol == "PLAINTEXT" for x in clients)
+    all_authenticate = all(authenticates(cfg, x) for x in clients)
     for x in kafka:
         if x.name in grpc_names:
             raise ConfigError(f"kafka.listeners: {x.name} is also a gRPC listener in listeners; name it apart "
                               "(e.g. KAFKA)")
-        if x.security_protocol != "PLAINTEXT":
-            raise ConfigError(f"kafka.listeners: {x.name} is {x.security_protocol}; the Kafka protocol listener "
-                              "speaks PLAINTEXT only (SASL and TLS are not implemented on it)")
-    if not any(x.security_protocol == "PLAINTEXT" for x in cfg.listener_list):
-        raise ConfigError("kafka.listeners: every client listener of this broker authenticates (SSL/SASL_SSL), "
-                          "and the Kafka protocol listener cannot yet: it would let unauthenticated clients in. "
-                          "Remove kafka.listeners on a secure cluster")
+        if x.security_protocol in ("SSL", "SASL_SSL"):
+            for key, path in (("ssl.keystore.location", cfg.ssl_keystore_location),
+                              ("ssl.truststore.location", cfg.ssl_truststore_location)):
+                if not path or not Path(path).is_file():
+                    raise ConfigError(f"kafka.listeners: {x.name} is {x.security_protocol} and needs {key} "
+                                      f"(PEM), got {path or 'nothing'!r}")
+        if x.security_protocol == "PLAINTEXT" and all_tls:
+            raise ConfigError(f"kafka.listeners: {x.name} is PLAINTEXT but every gRPC client listener of this "
+                              "broker is TLS: it would let clients in unencrypted and unauthenticated. Map it to "
+                              f"SASL_SSL in listener.security.protocol.map (e.g. {x.name}:SASL_SSL)")
+        if all_authenticate and not authenticates(cfg, x):
+            raise ConfigError(f"kafka.listeners: {x.name} ({x.security_protocol}) does not authenticate its "
+                              "clients but every gRPC client listener does: it would let unauthenticated clients "
+                              f"in. Map it to SASL_SSL (e.g. {x.name}:SASL_SSL)")
 
 
 def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:

@@ -29,26 +29,57 @@ Every boundary distrusts its input (SPEC S12, S13):
 * a handler error never surfaces as a broken connection: ``KafkaApis``
   answers every request with its typed error.
 
-Security: the Kafka listener is PLAINTEXT only (no SASL or TLS on this
-transport yet); every request on it runs as ``User:ANONYMOUS`` and goes through
-the same ACLs as any other listener. ``broker.config`` refuses to open it when
-every gRPC client listener authenticates (the cluster is secure): an
-unauthenticated Kafka port would be a way around that.
+Security (SPEC S12), per listener protocol, as Kafka 2.x:
+
+* PLAINTEXT: every request runs as ``User:ANONYMOUS``.
+* SSL: TLS with the broker's PEM keystore (Python's ``ssl``, the same files as the gRPC
+  listeners); with ``ssl.client.auth=required`` the client must present a certificate signed by
+  the cluster CA and its common name is the principal (``User:<CN>``, the gatekeeper's mapping),
+  else ANONYMOUS.
+* SASL_SSL: TLS, then SCRAM-SHA-256 through SaslHandshake/SaslAuthenticate
+  (``broker.kafka_sasl``) against the credentials the gRPC listeners use; the principal is
+  ``User:<name>``. Until authentication completes only ApiVersions, SaslHandshake and
+  SaslAuthenticate are served, frames are small (``MAX_PREAUTH_FRAME_BYTES``), and the SASL
+  exchange must finish within ``request.timeout.ms`` of the TLS handshake; anything else closes
+  the connection.
+
+The TLS handshake must finish within ``request.timeout.ms`` (a client that connects and says
+nothing, or speaks PLAINTEXT to a TLS port, is dropped then or at once); a connection counts
+against ``max.connections`` from its completed handshake on.
+The principal then goes into the ``RequestContext`` of every request, so the ACLs apply exactly
+as on the gRPC listeners. SASL_PLAINTEXT is not offered: the gRPC listeners never take SASL
+credentials without TLS, and SCRAM without TLS would leave the session after authentication open
+to reading and hijacking. ``broker.config`` refuses a Kafka listener that does not authenticate
+on a cluster whose every gRPC client listener does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import ssl
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from broker import kafka_wire
+from broker import kafka_sasl, kafka_wire
 from broker.config import Listener
 from broker.kafka_apis import KafkaApis
+from broker.kafka_sasl import SaslServerConfig, SaslSession
 from broker.request_guard import ByteBudget
-from broker.security.principal import ANONYMOUS, PLAINTEXT, RequestContext
+from broker.security.principal import (
+    ANONYMOUS,
+    DEFAULT_BROKER_PREFIX,
+    SASL_SSL,
+    SSL,
+    Principal,
+    RequestContext,
+    broker_id_of,
+    common_name,
+    user,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +95,19 @@ class ListenerLimits:
 
 class KafkaListener:
     def __init__(self, listener: Listener, apis: KafkaApis, limits: ListenerLimits,
-                 budget: ByteBudget | None = None) -> None:
+                 budget: ByteBudget | None = None, *, tls: ssl.SSLContext | None = None,
+                 sasl: SaslServerConfig | None = None, broker_prefix: str = DEFAULT_BROKER_PREFIX) -> None:
+        proto = listener.security_protocol
+        if (tls is None) == (proto in (SSL, SASL_SSL)) or (sasl is None) == (proto == SASL_SSL):
+            raise ValueError(f"{listener.name} is {proto}: TLS context and SASL config do not fit it")
         self.listener = listener
         self.apis = apis
         self.limits = limits
         # Shared by every Kafka listener of a broker (the server passes one), like Kafka's memory pool.
         self.budget = budget if budget is not None else ByteBudget(limits.queued_max_request_bytes)
+        self.tls = tls
+        self.sasl = sasl
+        self.broker_prefix = broker_prefix
         self.port = -1
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
@@ -78,8 +116,11 @@ class KafkaListener:
 
     async def start(self) -> int:
         """Listen; the bound port (a configured 0 takes a free one)."""
-        self._server = await asyncio.start_server(self._accept, self.listener.host, self.listener.port,
-                                                  reuse_address=True)
+        # TLS by the server itself: the handshake must complete before any byte is read as a
+        # frame (upgrading a StreamReader later can lose a ClientHello already buffered by it).
+        self._server = await asyncio.start_server(
+            self._accept, self.listener.host, self.listener.port, reuse_address=True, ssl=self.tls,
+            ssl_handshake_timeout=self.limits.request_timeout_ms / 1000.0 if self.tls is not None else None)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
 
@@ -115,39 +156,110 @@ class KafkaListener:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
 
+    def _context(self, writer: asyncio.StreamWriter, host: str) -> RequestContext:
+        """Who the connection is before any SASL exchange: its certificate's CN on an SSL
+        listener (the gatekeeper's mapping, a broker certificate names a broker), else ANONYMOUS."""
+        proto = self.listener.security_protocol
+        principal: Principal = ANONYMOUS
+        broker_id = None
+        if proto == SSL:
+            cn = common_name(writer.get_extra_info("peercert"))
+            if cn:
+                principal = user(cn)
+                broker_id = broker_id_of(principal, self.broker_prefix)
+        return RequestContext(principal, self.listener.name, proto, host, broker_id=broker_id)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
-        ctx = RequestContext(ANONYMOUS, self.listener.name, PLAINTEXT, host)
+        ctx = self._context(writer, host)
+        session = SaslSession(self.sasl) if self.sasl is not None else None
         lim = self.limits
+        # The whole SASL exchange, from the end of the TLS handshake.
+        auth_deadline = time.monotonic() + lim.request_timeout_ms / 1000.0
         while True:
+            pending = session is not None and not session.authenticated
+            wait = lim.idle_ms / 1000.0
+            if pending:
+                wait = min(wait, auth_deadline - time.monotonic())
+                if wait <= 0:
+                    self._violation(host, "did not authenticate within request.timeout.ms")
+                    return
             try:
-                size_bytes = await asyncio.wait_for(reader.readexactly(4), lim.idle_ms / 1000.0)
+                size_bytes = await asyncio.wait_for(reader.readexactly(4), wait)
             except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
                 return  # closed by the peer, or idle for connections.max.idle.ms
             size = int.from_bytes(size_bytes, "big", signed=True)
-            if not kafka_wire.MIN_FRAME_BYTES <= size <= lim.max_frame_bytes:
-                self._violation(host, f"frame of {size} bytes (socket.request.max.bytes is {lim.max_frame_bytes})")
+            most = min(lim.max_frame_bytes, kafka_sasl.MAX_PREAUTH_FRAME_BYTES) if pending else lim.max_frame_bytes
+            if not (1 if pending else kafka_wire.MIN_FRAME_BYTES) <= size <= most:
+                when = " before authentication" if pending else ""
+                self._violation(host, f"frame of {size} bytes (at most {most}{when})")
                 return
+            body_wait = lim.request_timeout_ms / 1000.0
+            if pending:
+                body_wait = max(0.0, min(body_wait, auth_deadline - time.monotonic()))
             # Room for the frame before reading it: a frame is held until its answer is written.
-            if not await self.budget.acquire(size, lim.request_timeout_ms / 1000.0):
-                log.info("%s: closing the connection from %s: no room for a %d-byte frame within %d ms "
-                         "(queued.max.request.bytes)", self.listener.name, host, size, lim.request_timeout_ms)
+            if not await self.budget.acquire(size, body_wait):
+                log.info("%s: closing the connection from %s: no room for a %d-byte frame within %.1f s "
+                         "(queued.max.request.bytes)", self.listener.name, host, size, body_wait)
                 return
             try:
                 try:
-                    frame = await asyncio.wait_for(reader.readexactly(size), lim.request_timeout_ms / 1000.0)
+                    frame = await asyncio.wait_for(reader.readexactly(size), body_wait)
                 except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
                     return
-                out = await self._answer(frame, ctx, host)
+                if pending:
+                    assert session is not None
+                    out, close = self._pre_auth(frame, session, host)
+                    if session.authenticated:
+                        assert session.user is not None
+                        ctx = dataclasses.replace(ctx, principal=user(session.user))
+                        log.debug("%s: %s authenticated from %s", self.listener.name, ctx.principal, host)
+                else:
+                    answer = await self._answer(frame, ctx, host)
+                    out, close = (answer or b""), answer is None
                 del frame
-                if out is None:
-                    return
                 if out:
                     writer.write(out)
                     await writer.drain()
             finally:
                 await self.budget.release(size)
+            if close:
+                return
+
+    def _pre_auth(self, frame: bytes, session: SaslSession, host: str) -> tuple[bytes, bool]:
+        """(what to send, close afterwards) for a frame of a connection not yet authenticated."""
+        if session.expects_token:  # v0 handshake: the frame is a bare SCRAM message
+            reply = session.authenticate(frame)
+            if reply.close:
+                self._violation(host, f"SASL authentication failed: {reply.values.get('error_message')}")
+                return b"", True
+            token: bytes = reply.values["auth_bytes"]
+            return len(token).to_bytes(4, "big") + token, False
+        try:
+            d = kafka_wire.decode_request(frame)
+        except kafka_wire.UnsupportedVersion as e:
+            if not session.admits(kafka_wire.API_VERSIONS):
+                self._violation(host, "too many requests before authentication")
+                return b"", True
+            return kafka_wire.unsupported_api_versions_frame(e.header), False
+        except kafka_wire.ProtocolError as e:
+            self._violation(host, f"before authentication: {e}")
+            return b"", True
+        key = d.header.api_key
+        if not session.admits(key):
+            self._violation(host, f"{d.api} v{d.header.api_version} before authentication")
+            return b"", True
+        if key == kafka_wire.API_VERSIONS:
+            return kafka_wire.encode_response(d.header, kafka_wire.api_versions_response(d)), False
+        if key == kafka_sasl.SASL_HANDSHAKE:
+            reply = session.handshake(d.request.mechanism, d.header.api_version)
+        else:
+            reply = session.authenticate(d.request.auth_bytes)
+        if reply.close:
+            self._violation(host, f"{d.api}: error {reply.values['error_code']} "
+                                  f"{reply.values.get('error_message') or ''}".rstrip())
+        return kafka_wire.encode_response(d.header, kafka_wire.response(d, reply.values)), reply.close
 
     async def _answer(self, frame: bytes, ctx: RequestContext, host: str) -> bytes | None:
         """The response frame (b"" when none is due); None closes the connection."""
@@ -160,6 +272,9 @@ class KafkaListener:
             return None
         if d.header.api_key == kafka_wire.API_VERSIONS:
             return kafka_wire.encode_response(d.header, kafka_wire.api_versions_response(d))
+        if d.header.api_key in kafka_wire.SASL_APIS:  # authenticated already, or no SASL here
+            return kafka_wire.encode_response(d.header, kafka_wire.response(d, kafka_sasl.illegal_state(
+                d.header.api_key)))
         try:
             plan = kafka_wire.to_pb(d)
             answers = [await self.apis.handle(api, request, ctx) for api, request in plan]

@@ -17,6 +17,8 @@ asked for. Nothing here does I/O; ``broker.kafka_listener`` is the shell.
   other API or version is a protocol violation and closes its connection,
   except ApiVersions itself, answered UNSUPPORTED_VERSION in v0 with the
   supported list (Kafka's rule, so that a newer client can retry lower).
+  SaslHandshake and SaslAuthenticate are advertised everywhere, as Kafka
+  does; the listener answers them (``broker.kafka_sasl``), not ``to_pb``.
 * Translation. Kafka's messages change fields from version to version; the kio
   schema of each version is a frozen dataclass with exactly that version's
   fields. Requests are read with ``getattr(..., default)`` where a field is
@@ -67,6 +69,9 @@ from proto import minikafka_pb2 as pb
 MIN_FRAME_BYTES: Final = 10
 API_VERSIONS: Final = 18
 PRODUCE: Final = 0
+# Answered by the listener itself (broker.kafka_sasl), never translated: advertised on every
+# listener, as Kafka does, and refused with ILLEGAL_SASL_STATE where no SASL exchange is due.
+SASL_APIS: Final = frozenset({17, 36})
 
 # api key -> (name in broker.kafka_apis, lowest, highest version advertised).
 SUPPORTED: Final[dict[int, tuple[str, int, int]]] = {
@@ -83,6 +88,7 @@ SUPPORTED: Final[dict[int, tuple[str, int, int]]] = {
     14: ("SyncGroup", 0, 5),
     15: ("DescribeGroups", 0, 5),
     16: ("ListGroups", 0, 3),
+    17: ("SaslHandshake", 0, 1),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 6),
     20: ("DeleteTopics", 1, 5),
@@ -90,6 +96,7 @@ SUPPORTED: Final[dict[int, tuple[str, int, int]]] = {
     23: ("OffsetsForLeaderEpoch", 2, 4),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
+    36: ("SaslAuthenticate", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
 }
 

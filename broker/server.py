@@ -199,7 +199,8 @@ class KafkaServer:
                                 cfg.max_connections, cfg.queued_max_request_bytes)
         frame_budget = ByteBudget(cfg.queued_max_request_bytes)  # one pool for every Kafka listener
         for x in cfg.kafka_listener_list:
-            kl = KafkaListener(x, self.apis, limits, frame_budget)
+            kl = KafkaListener(x, self.apis, limits, frame_budget, tls=self.gate.kafka_tls(x),
+                               sasl=self.gate.kafka_sasl(x), broker_prefix=cfg.broker_principal_prefix)
             self.ports[x.name] = await kl.start()
             self.kafka_listeners.append(kl)
         self.port = self.ports[next(r.listener.name for r in self.gate.roles() if not r.inter_broker)

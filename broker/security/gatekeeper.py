@@ -12,6 +12,9 @@ Theory of operation
   the inter-broker and control-plane listeners only broker principals are let through.
 * Authorization (``allowed``): the ACL authorizer when ``authorizer.class.name`` is set, else
   everything is allowed (Kafka's default). Brokers are super users of each other.
+* The Kafka wire-protocol listeners (``broker.kafka_listener``) take the same material as a Python
+  ``ssl.SSLContext`` (``kafka_tls``) and authenticate SASL_SSL clients by SCRAM against the same
+  credential cache (``kafka_sasl``); their principals follow the same mapping.
 * State from ZooKeeper: SCRAM credentials (``/config/users``) and ACLs (``/kafka-acl``) are loaded
   at start and reloaded on change notifications; the pure parts live in ``scram`` and
   ``authorizer``.
@@ -20,6 +23,8 @@ Theory of operation
 from __future__ import annotations
 
 import logging
+import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ from typing import Any
 import grpc
 
 from broker.config import BrokerConfig, Listener
+from broker.kafka_sasl import SaslServerConfig
 from broker.security.authorizer import CLUSTER, CLUSTER_NAME, AclAuthorizer, Resource
 from broker.security.principal import (
     ANONYMOUS,
@@ -64,6 +70,8 @@ class Gatekeeper:
             self.authorizer = AclAuthorizer(supers, config.allow_everyone_if_no_acl_found)
         self._key_pair: tuple[bytes, bytes] | None = None
         self._ca: bytes | None = None
+        # Stand-in salts of unknown SCRAM users on the Kafka listeners: fixed for this process.
+        self._scram_secret = os.urandom(32)
 
     # ------------------------------------------------------------ listeners
 
@@ -86,6 +94,25 @@ class Gatekeeper:
         require = role.inter_broker or (role.listener.security_protocol == SSL
                                         and self.config.ssl_client_auth == "required")
         return grpc.ssl_server_credentials([(key, chain)], root_certificates=ca, require_client_auth=require)
+
+    def kafka_tls(self, listener: Listener) -> ssl.SSLContext | None:
+        """The TLS side of a Kafka wire-protocol listener (None: PLAINTEXT). A client certificate
+        is required on SSL listeners with ``ssl.client.auth=required``, as on the gRPC ones."""
+        if listener.security_protocol not in (SSL, SASL_SSL):
+            return None
+        cfg = self.config
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(cfg.ssl_keystore_location)  # one PEM: chain and key (``minikafka certs``)
+        ctx.load_verify_locations(cafile=cfg.ssl_truststore_location)
+        required = listener.security_protocol == SSL and cfg.ssl_client_auth == "required"
+        ctx.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_NONE
+        return ctx
+
+    def kafka_sasl(self, listener: Listener) -> SaslServerConfig | None:
+        if listener.security_protocol != SASL_SSL:
+            return None
+        return SaslServerConfig(self.credentials.get, self._scram_secret)
 
     def broker_channel_security(self) -> ChannelSecurity:
         """How this broker connects to other brokers' inter-broker listeners: mutual TLS."""

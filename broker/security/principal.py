@@ -76,6 +76,17 @@ INTERNAL: Final = RequestContext(Principal("User", "internal"), "", PLAINTEXT, "
 LOCAL_CLIENT: Final = RequestContext(ANONYMOUS, "", PLAINTEXT, "127.0.0.1")
 
 
+def common_name(peercert: object) -> str | None:
+    """The subject CN of a certificate as Python's ``ssl`` describes it (``getpeercert()``)."""
+    if not isinstance(peercert, dict):
+        return None
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName" and value:
+                return str(value)
+    return None
+
+
 def peer_host(peer: str) -> str:
     """The address part of gRPC's peer string (``ipv4:127.0.0.1:5555``, ``ipv6:[::1]:5555``)."""
     kind, _, rest = peer.partition(":")

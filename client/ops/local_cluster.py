@@ -77,8 +77,8 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 # The documented addresses of `minikafka cluster up`: ZooKeeper on 2181 and broker N's Kafka
 # wire-protocol listener (librdkafka, kafka-python, kcat...) on 9092 + N - 1, Kafka's customary
 # ones; its gRPC client listener (this project's clients) on 9392 + N - 1, its inter-broker
-# (mutual TLS) listener on 9192 + N - 1 and its Prometheus metrics on 9292 + N - 1. A secure
-# cluster opens no Kafka listener (it would be unauthenticated). Saved addresses keep working across
+# (mutual TLS) listener on 9192 + N - 1 and its Prometheus metrics on 9292 + N - 1. On a secure
+# cluster the Kafka listener is SASL_SSL, as the gRPC clients'. Saved addresses keep working across
 # restarts; when any of them is taken (another cluster, another program) the cluster takes free
 # ports instead and says so, and `--random-ports` (the tests) always does.
 ZOOKEEPER_PORT = 2181
@@ -261,7 +261,7 @@ class BrokerProc:
     host: str = "127.0.0.1"
     netns: str = ""  # run inside this network namespace (`ip netns exec`), for partition tests
     internal_port: int = -1  # the inter-broker (mutual TLS) listener
-    kafka_port: int = -1  # the Kafka wire-protocol listener (none on a secure cluster)
+    kafka_port: int = -1  # the Kafka wire-protocol listener (SASL_SSL on a secure cluster)
 
     @property
     def metrics_address(self) -> str:
@@ -292,7 +292,8 @@ class ClusterState:
 
     @property
     def kafka_bootstrap_servers(self) -> str:
-        """The brokers' Kafka wire-protocol listeners, for Kafka's own clients ("" on a secure cluster)."""
+        """The brokers' Kafka wire-protocol listeners, for Kafka's own clients (on a secure cluster
+        they are SASL_SSL: SCRAM-SHA-256 with the admin's credentials and the cluster CA)."""
         return ",".join(b.kafka_address for _, b in sorted(self.brokers.items()) if b.kafka_address)
 
     @property
@@ -347,7 +348,8 @@ def broker_properties(b: BrokerProc, zookeeper_connect: str, data_dir: Path, bro
     props = {
         "broker.id": str(b.broker_id),
         "listeners": f"CLIENT://{b.host}:{b.port},INTERNAL://{b.host}:{b.internal_port}",
-        "listener.security.protocol.map": f"CLIENT:{'SASL_SSL' if secure else 'PLAINTEXT'},INTERNAL:SSL",
+        "listener.security.protocol.map": f"CLIENT:{'SASL_SSL' if secure else 'PLAINTEXT'},INTERNAL:SSL"
+                                          + (",KAFKA:SASL_SSL" if secure else ""),
         "inter.broker.listener.name": "INTERNAL",
         "ssl.keystore.location": str(secrets / f"broker-{b.broker_id}.pem"),
         "ssl.truststore.location": str(secrets / CA_CERT),
@@ -363,8 +365,8 @@ def broker_properties(b: BrokerProc, zookeeper_connect: str, data_dir: Path, bro
     if secure:
         props.update({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
                       "super.users": ADMIN_PRINCIPAL})
-    elif b.kafka_port > 0:
-        # Not on a secure cluster: the Kafka listener cannot authenticate yet (broker.config refuses it).
+    if b.kafka_port > 0:
+        # On a secure cluster the Kafka listener authenticates as the gRPC one does (SASL_SSL, SCRAM).
         props["kafka.listeners"] = f"KAFKA://{b.host}:{b.kafka_port}"
     return props
 
@@ -457,7 +459,7 @@ class LocalCluster:
                 netns, host = self.broker_netns.get(i, ("", "127.0.0.1"))
                 self.state.brokers[i] = BrokerProc(i, ports[4 * i - 4], metrics_port=ports[4 * i - 3], host=host,
                                                    netns=netns, internal_port=ports[4 * i - 2],
-                                                   kafka_port=-1 if secure else ports[4 * i - 1])
+                                                   kafka_port=ports[4 * i - 1])
                 self._write_config(self.state.brokers[i], brokers)
             self.state.save()
             for b in self.state.brokers.values():

@@ -59,10 +59,10 @@ def test_compose_brokers_match_the_local_launcher() -> None:
             assert client.host == internal.host == name
             assert client.security_protocol == ("SASL_SSL" if secure else "PLAINTEXT")
             assert cfg.inter_broker_listener.name == "INTERNAL" and internal.security_protocol == "SSL"
-            # The Kafka protocol listener: on the plain cluster only (broker.config refuses it on a
-            # secure one), advertised under the broker's name.
-            assert [(x.name, x.host) for x in cfg.advertised_kafka_listener_list] == \
-                ([] if secure else [("KAFKA", name)])
+            # The Kafka protocol listener, advertised under the broker's name: PLAINTEXT on the plain
+            # cluster, SASL_SSL on the secure one (broker.config refuses anything weaker there).
+            assert [(x.name, x.host, x.security_protocol) for x in cfg.advertised_kafka_listener_list] == \
+                [("KAFKA", name, "SASL_SSL" if secure else "PLAINTEXT")]
         plain = build_config({**dict(i.split("=", 1) for i in parser.parse_args(svc["command"]).set),
                               "ssl.keystore.location": __file__, "ssl.truststore.location": __file__})
         (kafka,) = plain.advertised_kafka_listener_list

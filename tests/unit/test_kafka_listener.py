@@ -145,16 +145,21 @@ def test_kafka_listeners_config(plain: dict[str, str]) -> None:
     assert build_config(plain).kafka_listener_list == [] == BrokerConfig().kafka_listener_list
     with pytest.raises(ConfigError, match="also a gRPC listener"):
         build_config({**plain, "kafka.listeners": "CLIENT://127.0.0.1:9392"})
-    with pytest.raises(ConfigError, match="PLAINTEXT only"):
-        build_config({**plain, "kafka.listeners": "KSSL://127.0.0.1:9392"})
+    # SSL is spoken now (tests/unit/test_kafka_listener_security.py); the stand-in PEM files exist.
+    assert build_config({**plain, "kafka.listeners": "KSSL://127.0.0.1:9392"}).kafka_listener_list[0].security_protocol \
+        == "SSL"
 
 
-def test_no_kafka_listener_on_a_secure_cluster(plain: dict[str, str]) -> None:
+def test_no_plaintext_kafka_listener_on_a_secure_cluster(plain: dict[str, str]) -> None:
     """Every gRPC client listener authenticates: an anonymous Kafka port would bypass it."""
     secure = {**plain, "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SSL"}
     build_config(secure)  # fine without a Kafka listener
     with pytest.raises(ConfigError, match="unauthenticated"):
         build_config({**secure, "kafka.listeners": "KAFKA://127.0.0.1:9392"})
+    # Clients on TLS without authenticating (SSL, no client certificates): still no PLAINTEXT port.
+    with pytest.raises(ConfigError, match="unencrypted"):
+        build_config({**plain, "listener.security.protocol.map": "CLIENT:SSL,INTERNAL:SSL",
+                      "kafka.listeners": "KAFKA://127.0.0.1:9392"})
     assert build_config({**plain, "kafka.listeners": "KAFKA://127.0.0.1:9392"}).kafka_listener_list
 
 
