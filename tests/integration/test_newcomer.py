@@ -77,7 +77,8 @@ def test_a_broker_failing_during_cluster_up_stops_everything_and_a_corrected_up_
         state = ClusterState.load(d)
         export = r.stdout.strip().splitlines()[-1]
         assert export == (f"export MINIKAFKA_BOOTSTRAP={state.bootstrap_servers} "
-                          f"MINIKAFKA_ZOOKEEPER={state.zookeeper_connect}"), r.stdout
+                          f"MINIKAFKA_ZOOKEEPER={state.zookeeper_connect} "
+                          f"MINIKAFKA_KAFKA_BOOTSTRAP={state.kafka_bootstrap_servers}"), r.stdout
         env = dict(kv.split("=", 1) for kv in export.removeprefix("export ").split())
         r = cli("topics", "--create", "--topic", "via-env", "--replication-factor", "1", env=env)
         assert r.returncode == 0, r.stderr
