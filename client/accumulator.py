@@ -216,6 +216,7 @@ class RecordAccumulator:
 
     def __init__(self, config: AccumulatorConfig) -> None:
         self.config = config
+        self._batch_size = config.batch_size  # read per record
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
         self.buffered = 0  # estimated bytes of records not yet completed (for buffer_memory)
         self.unfinished = 0  # batches appended to and not yet completed
@@ -267,20 +268,35 @@ class RecordAccumulator:
         batch is sealed (ready to go) and ``(None, wake)`` returned, so the sticky partitioner moves
         on to another partition before a new batch is started (KIP-480).
         """
-        pq = self._queues.get((topic, partition)) or self._queue((topic, partition))
-        batch = pq.open_batch()
+        # The per-record path: ProducerBatch.open_batch/append inlined (one Python frame per record).
+        tp = (topic, partition)
+        pq = self._queues.get(tp)
+        if pq is None:
+            pq = self._queues[tp] = PartitionQueue()
+        batches = pq.batches
+        batch = batches[-1] if batches else None
+        batch_size = self._batch_size
         new = False
-        if batch is None:
+        if batch is None or batch.payload is not None or batch.sealed or batch.attempts:
             batch, new = self._new_batch(pq, topic, partition, now_ms), True
-        elif batch.count and batch.size + estimate > self.config.batch_size:
+        elif batch.count and batch.size + estimate > batch_size:
             if abort_if_full:
                 batch.sealed = True
                 return None, self._wakes(pq, now_ms)
             batch, new = self._new_batch(pq, topic, partition, now_ms), True
-        fut = batch.append(key, value, headers, ts)
+        count = batch.count
+        if count == 0:
+            batch.base_ts = ts
+        if ts > batch.max_ts:
+            batch.max_ts = ts
+        body = encode_record_body(count, ts - batch.base_ts, key, value, headers)
+        batch.parts.append(body)
+        size = batch.size = batch.size + len(body)
+        batch.count = count + 1
         batch.buffered += estimate
         self.buffered += estimate
-        if new or batch.size >= self.config.batch_size:
+        fut = FutureRecordMetadata(batch.result, count, ts)
+        if new or size >= batch_size:
             return fut, self._wakes(pq, now_ms)
         return fut, False
 
