@@ -153,11 +153,12 @@ class Producer:
             raise errors.KafkaError("the producer is closed")
         if self._fatal is not None:
             raise self._fatal
-        if value is not None and not isinstance(value, bytes | bytearray):
+        # isinstance with a tuple, not a union: measurably cheaper per record on Python 3.11.
+        if value is not None and not isinstance(value, (bytes, bytearray)):
             raise TypeError("value must be bytes (serialize it first)")
-        if key is not None and not isinstance(key, bytes | bytearray):
+        if key is not None and not isinstance(key, (bytes, bytearray)):
             raise TypeError("key must be bytes (serialize it first)")
-        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
         hdrs: Sequence[Header] = () if not headers else [h if isinstance(h, Header) else Header(h[0], h[1])
                                                          for h in headers]
         num = self._partition_counts.get(topic) or self._wait_for_partitions(topic)
