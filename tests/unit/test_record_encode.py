@@ -53,7 +53,9 @@ def test_encode_records_length_mismatch_is_refused(encode: object) -> None:
 
 
 @settings(max_examples=150)
-@given(st.lists(st.tuples(FIELD, FIELD, HEADERS, st.integers(0, 1 << 30)), min_size=1, max_size=20))
+# At most 6 rows: FIELD's 8 KB values (past the 2-byte varint length) in 20 rows drew more bytes
+# than Hypothesis allows per example (its data_too_large health check failed, seed-dependent).
+@given(st.lists(st.tuples(FIELD, FIELD, HEADERS, st.integers(0, 1 << 30)), min_size=1, max_size=6))
 def test_encoded_records_round_trip_through_decoder_and_validator(rows: list[tuple[bytes | None, bytes | None,
                                                                                     list[Header], int]]) -> None:
     base = 1_700_000_000_000
