@@ -7,6 +7,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -250,3 +251,338 @@ def test_librdkafka_idempotent_produce_survives_a_leader_sigkill(cluster) -> Non
     report = check(writes, reads)
     assert report.valid, report.summary()
     assert sum(ends.values()) == total
+
+
+# ------------------------------------------------------------------ consumer groups of real clients
+#
+# Several members of one group (kafka-python or aiokafka), each in its own thread with its own
+# client object (neither client is thread-safe; aiokafka gets its own event loop per thread), all
+# with Kafka's range assignor. Every assertion is on the records the members actually received.
+
+GROUP_PARTITIONS = 6
+CLIENTS = ("kafka-python", "aiokafka")
+CLIENT_MODULE = {"kafka-python": "kafka", "aiokafka": "aiokafka"}
+# Short sessions so a SIGKILLed member is noticed in seconds (the broker's
+# group.min.session.timeout.ms, CoordinatorLimits, allows down to 1000 ms); a bounded rebalance
+# timeout so a member that never rejoins cannot hold a join barrier for Kafka's 5 minutes.
+GROUP_CONFIG = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500, "max_poll_interval_ms": 20000}
+
+
+def produce_spread(bootstrap: str, topic: str, values: list[str]) -> None:
+    """``values`` round-robin over the topic's partitions, acks=all and idempotent."""
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    errs: list[Any] = []
+    for i, v in enumerate(values):
+        p.produce(topic, value=v.encode(), partition=i % GROUP_PARTITIONS,
+                  on_delivery=lambda e, _m: e and errs.append(e))
+    assert p.flush(60) == 0 and errs == []
+
+
+class Member:
+    """One group member polled in its own thread until ``leave()`` (a clean close: LeaveGroup) or
+    its deadline. It commits synchronously after every non-empty poll, so what it received is
+    committed before it looks at the stop flag."""
+
+    def __init__(self, client: str, name: str, bootstrap: str, topic: str, group: str,
+                 lifetime_s: float = 120) -> None:
+        self.client, self.name, self.bootstrap, self.topic, self.group = client, name, bootstrap, topic, group
+        self.got: list[tuple[int, int, str]] = []  # (partition, offset, value), in arrival order
+        self.assignment: frozenset[int] = frozenset()
+        self.commit_failures = 0
+        self.error: BaseException | None = None
+        self.closed = threading.Event()
+        self._stop = threading.Event()
+        self._deadline = time.monotonic() + lifetime_s
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def values(self) -> list[str]:
+        with self._lock:
+            return [v for _p, _o, v in self.got]
+
+    def records(self) -> list[tuple[int, int, str]]:
+        with self._lock:
+            return list(self.got)
+
+    def leave(self, timeout_s: float = 30) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"{self.name} did not close within {timeout_s}s"
+        assert self.error is None, f"{self.name}: {self.error!r}"
+
+    def _received(self, batches: dict[Any, list[Any]]) -> None:
+        with self._lock:
+            self.got += [(m.partition, m.offset, m.value.decode()) for msgs in batches.values() for m in msgs]
+
+    def _run(self) -> None:
+        try:
+            if self.client == "aiokafka":
+                import asyncio
+                asyncio.run(self._run_aiokafka())
+            else:
+                self._run_kafka_python()
+        except BaseException as e:  # reported by leave() and the checks
+            self.error = e
+        finally:
+            self.closed.set()
+
+    def _run_kafka_python(self) -> None:
+        import kafka
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        c = kafka.KafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=self.group,
+                                client_id=self.name, auto_offset_reset="earliest", enable_auto_commit=False,
+                                partition_assignment_strategy=[RangePartitionAssignor], **GROUP_CONFIG)
+        try:
+            while not self._stop.is_set() and time.monotonic() < self._deadline:
+                batches = c.poll(timeout_ms=200)
+                self._received(batches)
+                if batches:
+                    try:
+                        c.commit()
+                    except kafka.errors.CommitFailedError:
+                        self.commit_failures += 1  # rebalanced meanwhile: the next owner re-reads
+                self.assignment = frozenset(tp.partition for tp in c.assignment())
+        finally:
+            c.close(autocommit=False)
+
+    async def _run_aiokafka(self) -> None:
+        import asyncio
+
+        import aiokafka
+        from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+        c = aiokafka.AIOKafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=self.group,
+                                      client_id=self.name, auto_offset_reset="earliest", enable_auto_commit=False,
+                                      partition_assignment_strategy=(RangePartitionAssignor,), **GROUP_CONFIG)
+        await c.start()
+        try:
+            while not self._stop.is_set() and time.monotonic() < self._deadline:
+                batches = await c.getmany(timeout_ms=200)
+                self._received(batches)
+                if batches:
+                    try:
+                        await c.commit()
+                    except aiokafka.errors.CommitFailedError:
+                        self.commit_failures += 1
+                self.assignment = frozenset(tp.partition for tp in c.assignment())
+                await asyncio.sleep(0)
+        finally:
+            await c.stop()
+
+
+def wait_split(members: list[Member], what: str, timeout_s: float = 45) -> None:
+    """Until the members' assignments split every partition among them, each owned once, evenly
+    (the range assignor: 6 partitions over n members)."""
+    def split() -> bool:
+        for m in members:
+            assert m.error is None and not m.closed.is_set(), f"{m.name}: {m.error!r}"
+        owned = [m.assignment for m in members]
+        return (sorted(p for a in owned for p in a) == list(range(GROUP_PARTITIONS))
+                and {len(a) for a in owned} == {GROUP_PARTITIONS // len(members)})
+    wait_for(split, timeout_s=timeout_s, interval_s=0.1, what=what)
+
+
+def wait_received(members: list[Member], values: list[str], what: str, extra: Callable[[], list[str]] = list,
+                  timeout_s: float = 45) -> None:
+    want = set(values)
+
+    def seen() -> bool:
+        for m in members:
+            assert m.error is None, f"{m.name}: {m.error!r}"
+        got = {v for m in members for v in m.values()} | set(extra())
+        return want <= got
+    wait_for(seen, timeout_s=timeout_s, interval_s=0.1, what=what)
+
+
+def assert_owned_once(members: list[Member], values: list[str]) -> None:
+    """Each partition's records went to exactly one member (its owner), none twice, none lost."""
+    owners: dict[int, set[str]] = {}
+    for m in members:
+        for part, _off, _v in m.records():
+            owners.setdefault(part, set()).add(m.name)
+        assert {p for p, _o, _v in m.records()} == set(m.assignment), m.name
+    assert sorted(owners) == list(range(GROUP_PARTITIONS))
+    assert all(len(o) == 1 for o in owners.values()), owners
+    got = [v for m in members for v in m.values()]
+    assert sorted(got) == sorted(values)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_group_members_split_partitions_and_take_over_after_a_clean_leave(module_cluster, client: str) -> None:  # type: ignore[no-untyped-def]
+    """3 members, 6 partitions: each partition consumed by exactly one member; when one closes
+    (LeaveGroup) the other two take its partitions over from its commits, losing nothing."""
+    pytest.importorskip(CLIENT_MODULE[client])
+    bootstrap = kafka_bootstrap(module_cluster)
+    topic = group = f"split-{client}"
+    create(AdminClient({"bootstrap.servers": bootstrap}), topic, GROUP_PARTITIONS)
+    members = [Member(client, f"{client}-{i}", bootstrap, topic, group) for i in range(3)]
+    try:
+        wait_split(members, "3 members to share 6 partitions")
+        first = [f"a{i}" for i in range(600)]
+        produce_spread(bootstrap, topic, first)
+        wait_received(members, first, "the first batch")
+        assert_owned_once(members, first)
+
+        gone, rest = members[0], members[1:]
+        gone.leave()
+        wait_split(rest, "2 members to take over the leaver's partitions")
+        second = [f"b{i}" for i in range(600)]
+        produce_spread(bootstrap, topic, second)
+        wait_received(rest, second, "the second batch")
+        got = [v for m in members for v in m.values()]
+        # Nothing lost; nothing twice (every member committed all it had received before the leave).
+        assert sorted(got) == sorted(first + second)
+    finally:
+        for m in members:
+            m.leave()
+
+
+KILLED_MEMBER = r"""
+import sys, time
+client, bootstrap, topic, group, name = sys.argv[1:6]
+cfg = dict(session_timeout_ms=6000, heartbeat_interval_ms=500, max_poll_interval_ms=20000)
+deadline = time.monotonic() + 120
+def report(batches, assignment):
+    # Printed before the commit: a record killed between the two is re-delivered, never lost.
+    for msgs in batches.values():
+        for m in msgs:
+            print("GOT", m.partition, m.offset, m.value.decode(), flush=True)
+    print("ASSIGNED", ",".join(str(tp.partition) for tp in assignment), flush=True)
+if client == "kafka-python":
+    import kafka
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    c = kafka.KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
+                            auto_offset_reset="earliest", enable_auto_commit=False,
+                            partition_assignment_strategy=[RangePartitionAssignor], **cfg)
+    while time.monotonic() < deadline:
+        b = c.poll(timeout_ms=200)
+        report(b, c.assignment())
+        if b:
+            c.commit()
+else:
+    import asyncio, aiokafka
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    async def main():
+        c = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
+                                      auto_offset_reset="earliest", enable_auto_commit=False,
+                                      partition_assignment_strategy=(RangePartitionAssignor,), **cfg)
+        await c.start()
+        while time.monotonic() < deadline:
+            b = await c.getmany(timeout_ms=200)
+            report(b, c.assignment())
+            if b:
+                await c.commit()
+    asyncio.run(main())
+"""
+
+
+class ChildMember:
+    """A group member in a subprocess (to be SIGKILLed: no LeaveGroup, no last commit)."""
+
+    def __init__(self, client: str, name: str, bootstrap: str, topic: str, group: str) -> None:
+        import os
+        import sys
+
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        self.name = name
+        self.proc = subprocess.Popen([sys.executable, "-c", KILLED_MEMBER, client, bootstrap, topic, group, name],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        self.assignment: frozenset[int] = frozenset()
+        self._got: list[str] = []
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.closed = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # ends when the child dies (EOF)
+            kind, _, rest = line.rstrip("\n").partition(" ")
+            if kind == "GOT":
+                with self._lock:
+                    self._got.append(rest.split(" ", 2)[2])
+            elif kind == "ASSIGNED":
+                self.assignment = frozenset(int(p) for p in rest.split(",") if p)
+
+    def values(self) -> list[str]:
+        with self._lock:
+            return list(self._got)
+
+    def kill(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self._reader.join(10)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_group_rebalances_when_a_member_is_sigkilled(module_cluster, client: str) -> None:  # type: ignore[no-untyped-def]
+    """A member SIGKILLed (no LeaveGroup): its session times out (6 s) and the two others take its
+    partitions over; every record is received (the killed one's uncommitted tail at most twice)."""
+    pytest.importorskip(CLIENT_MODULE[client])
+    bootstrap = kafka_bootstrap(module_cluster)
+    topic = group = f"kill-{client}"
+    create(AdminClient({"bootstrap.servers": bootstrap}), topic, GROUP_PARTITIONS)
+    child = ChildMember(client, f"{client}-child", bootstrap, topic, group)
+    members = [Member(client, f"{client}-{i}", bootstrap, topic, group) for i in range(2)]
+    try:
+        wait_split([*members, child], "3 members (one in a subprocess) to share 6 partitions")  # type: ignore[list-item]
+        first = [f"a{i}" for i in range(600)]
+        produce_spread(bootstrap, topic, first)
+        wait_received(members, first, "the first batch", extra=child.values)
+        assert child.values(), "the child received its share"
+        child.kill()
+        killed_at = time.monotonic()
+        second = [f"b{i}" for i in range(600)]
+        produce_spread(bootstrap, topic, second)
+        wait_split(members, "2 members to take over the killed member's partitions", timeout_s=40)
+        took = time.monotonic() - killed_at
+        wait_received(members, second, "the second batch")
+        got = {v for m in members for v in m.values()} | set(child.values())
+        assert got == set(first + second)
+        # The session timeout, not something faster: the survivors kept heartbeating.
+        assert took >= 4, f"rebalanced {took:.1f}s after the kill, before the 6 s session ran out"
+    finally:
+        if child.proc.poll() is None:
+            child.kill()
+        for m in members:
+            m.leave()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_new_member_resumes_from_committed_offsets(module_cluster, client: str) -> None:  # type: ignore[no-untyped-def]
+    """A member reads everything but commits only the first half of each partition; a new member
+    of the group then gets exactly the uncommitted second halves: nothing skipped, nothing more."""
+    pytest.importorskip(CLIENT_MODULE[client])
+    bootstrap = kafka_bootstrap(module_cluster)
+    topic = group = f"resume-{client}"
+    create(AdminClient({"bootstrap.servers": bootstrap}), topic, GROUP_PARTITIONS)
+    values = [f"r{i}" for i in range(600)]
+    produce_spread(bootstrap, topic, values)
+    per_part = len(values) // GROUP_PARTITIONS
+    half = per_part // 2
+    expected_tail = sorted(v for i, v in enumerate(values) if i // GROUP_PARTITIONS >= half)
+    # Commit the first half by hand (librdkafka: a third client on the same coordinator).
+    setter = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                       "enable.auto.commit": False})
+    try:
+        committed = setter.commit(offsets=[confluent_kafka.TopicPartition(topic, p, half)
+                                           for p in range(GROUP_PARTITIONS)], asynchronous=False)
+        assert committed is not None and all(tp.error is None for tp in committed)
+    finally:
+        setter.close()
+    m = Member(client, f"{client}-resumer", bootstrap, topic, group)
+    try:
+        wait_received([m], expected_tail, "the uncommitted tail")
+        # A bounded grace for anything extra (a re-delivery of the committed head) to show up.
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and len(m.values()) == len(expected_tail):
+            time.sleep(0.1)
+        assert sorted(m.values()) == expected_tail
+        assert all(off >= half for _p, off, _v in m.records())
+    finally:
+        m.leave()
