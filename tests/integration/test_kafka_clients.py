@@ -586,3 +586,69 @@ def test_a_new_member_resumes_from_committed_offsets(module_cluster, client: str
         assert all(off >= half for _p, off, _v in m.records())
     finally:
         m.leave()
+
+
+def kafka_call(sock: socket.socket, api_key: int, version: int, values: dict[str, Any]) -> Any:
+    """One request on a raw connection, as a client writes it, and its decoded response."""
+    from kafka_frames import frame, read_response
+
+    body = frame(api_key, version, values)
+    sock.sendall(struct.pack(">i", len(body)) + body)
+    head = b""
+    for _ in range(1000):  # bounded: recv returns at least one byte or b"" (closed)
+        if len(head) >= 4:
+            break
+        chunk = sock.recv(4 - len(head))
+        assert chunk, "the broker closed the connection"
+        head += chunk
+    (size,) = struct.unpack(">i", head)
+    data = b""
+    for _ in range(100_000):
+        if len(data) >= size:
+            break
+        chunk = sock.recv(size - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return read_response(head + data, api_key, version)[1]
+
+
+def test_join_group_v4_plus_asks_for_a_member_id_and_fences_heartbeats(module_cluster) -> None:  # type: ignore[no-untyped-def]
+    """The group protocol on the wire as Kafka 2.x answers it: MEMBER_ID_REQUIRED for an id-less
+    JoinGroup v5 (KIP-394), then the join with that id; Heartbeat answers by generation; SyncGroup
+    and LeaveGroup of the one member."""
+    from kio.schema.errors import ErrorCode
+
+    bootstrap = kafka_bootstrap(module_cluster)
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    group = "raw-kip394"
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        found = kafka_call(s, 10, 3, {"key": group, "key_type": 0})
+        assert found.error_code == ErrorCode.none
+        coordinator = (found.host, found.port)
+    join = {"group_id": group, "session_timeout": 6000, "rebalance_timeout": 10000, "member_id": "",
+            "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"\x00\x01"}]}
+    with socket.create_connection(coordinator, timeout=20) as s:
+        first = kafka_call(s, 11, 5, join)
+        assert first.error_code == ErrorCode.member_id_required and first.member_id
+        member = first.member_id
+        joined = kafka_call(s, 11, 5, {**join, "member_id": member})
+        assert joined.error_code == ErrorCode.none
+        assert (joined.member_id, joined.leader) == (member, member) and joined.generation_id >= 1
+        gen = joined.generation_id
+        beat = {"group_id": group, "member_id": member, "group_instance_id": None}
+        assert kafka_call(s, 12, 3, {**beat, "generation_id": gen}).error_code == ErrorCode.none
+        assert kafka_call(s, 12, 3, {**beat, "generation_id": gen - 1}).error_code == ErrorCode.illegal_generation
+        assert kafka_call(s, 12, 3, {**beat, "member_id": "ghost", "generation_id": gen}).error_code == \
+            ErrorCode.unknown_member_id
+        synced = kafka_call(s, 14, 3, {"group_id": group, "generation_id": gen, "member_id": member,
+                                       "group_instance_id": None,
+                                       "assignments": [{"member_id": member, "assignment": b"A"}]})
+        assert (synced.error_code, synced.assignment) == (ErrorCode.none, b"A")
+        left = kafka_call(s, 13, 3, {"group_id": group, "members": [{"member_id": member,
+                                                                       "group_instance_id": None}]})
+        assert left.error_code == ErrorCode.none and left.members[0].error_code == ErrorCode.none
+        # An id-less join of an older version is admitted at once (v3 predates KIP-394).
+        old = kafka_call(s, 11, 3, {k: v for k, v in join.items() if k != "group_instance_id"})
+        assert old.error_code == ErrorCode.none and old.member_id and old.leader == old.member_id
+        kafka_call(s, 13, 2, {"group_id": group, "member_id": old.member_id})
