@@ -261,7 +261,7 @@ def test_librdkafka_idempotent_produce_survives_a_leader_sigkill(cluster) -> Non
 
 GROUP_PARTITIONS = 6
 CLIENTS = ("kafka-python", "aiokafka")
-CLIENT_MODULE = {"kafka-python": "kafka", "aiokafka": "aiokafka"}
+CLIENT_MODULE = {"kafka-python": "kafka", "aiokafka": "aiokafka", "minikafka": "client"}
 # Short sessions so a SIGKILLed member is noticed in seconds (the broker's
 # group.min.session.timeout.ms, CoordinatorLimits, allows down to 1000 ms); a bounded rebalance
 # timeout so a member that never rejoins cannot hold a join barrier for Kafka's 5 minutes.
@@ -284,7 +284,10 @@ class Member:
     committed before it looks at the stop flag."""
 
     def __init__(self, client: str, name: str, bootstrap: str, topic: str, group: str,
-                 lifetime_s: float = 120) -> None:
+                 lifetime_s: float = 120, grpc_bootstrap: str = "") -> None:
+        # "minikafka": this project's client.Consumer, over gRPC (``grpc_bootstrap``) to the same
+        # group coordinator; it speaks Kafka's consumer protocol with the range assignor too.
+        self.grpc_bootstrap = grpc_bootstrap
         self.client, self.name, self.bootstrap, self.topic, self.group = client, name, bootstrap, topic, group
         self.got: list[tuple[int, int, str]] = []  # (partition, offset, value), in arrival order
         self.assignment: frozenset[int] = frozenset()
@@ -320,6 +323,8 @@ class Member:
             if self.client == "aiokafka":
                 import asyncio
                 asyncio.run(self._run_aiokafka())
+            elif self.client == "minikafka":
+                self._run_minikafka()
             else:
                 self._run_kafka_python()
         except BaseException as e:  # reported by leave() and the checks
@@ -343,6 +348,27 @@ class Member:
                         c.commit()
                     except kafka.errors.CommitFailedError:
                         self.commit_failures += 1  # rebalanced meanwhile: the next owner re-reads
+                self.assignment = frozenset(tp.partition for tp in c.assignment())
+        finally:
+            c.close(autocommit=False)
+
+    def _run_minikafka(self) -> None:
+        from client.consumer import Consumer
+        from proto import errors
+
+        c = Consumer(self.topic, bootstrap_servers=self.grpc_bootstrap, group_id=self.group,
+                     consumer_id=self.name, auto_offset_reset="earliest", enable_auto_commit=False,
+                     **GROUP_CONFIG)
+        try:
+            while not self._stop.is_set() and time.monotonic() < self._deadline:
+                records = c.poll(timeout_ms=200)
+                with self._lock:
+                    self.got += [(r.partition, r.offset, r.value.decode()) for r in records]
+                if records:
+                    try:
+                        c.commit()
+                    except errors.KafkaError:
+                        self.commit_failures += 1
                 self.assignment = frozenset(tp.partition for tp in c.assignment())
         finally:
             c.close(autocommit=False)
@@ -409,15 +435,21 @@ def assert_owned_once(members: list[Member], values: list[str]) -> None:
     assert sorted(got) == sorted(values)
 
 
-@pytest.mark.parametrize("client", CLIENTS)
-def test_group_members_split_partitions_and_take_over_after_a_clean_leave(module_cluster, client: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("clients", [("kafka-python",) * 3, ("aiokafka",) * 3,
+                                     ("minikafka", "kafka-python", "kafka-python")],
+                         ids=["kafka-python", "aiokafka", "minikafka+kafka-python"])
+def test_group_members_split_partitions_and_take_over_after_a_clean_leave(module_cluster, clients: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
     """3 members, 6 partitions: each partition consumed by exactly one member; when one closes
-    (LeaveGroup) the other two take its partitions over from its commits, losing nothing."""
-    pytest.importorskip(CLIENT_MODULE[client])
+    (LeaveGroup) the other two take its partitions over from its commits, losing nothing. The
+    mixed case has this project's Consumer (gRPC) and kafka-python (Kafka listener) in one group."""
+    for client in set(clients):
+        pytest.importorskip(CLIENT_MODULE[client])
     bootstrap = kafka_bootstrap(module_cluster)
-    topic = group = f"split-{client}"
+    state = module_cluster.cluster.state
+    topic = group = "split-" + "-".join(sorted(set(clients)))
     create(AdminClient({"bootstrap.servers": bootstrap}), topic, GROUP_PARTITIONS)
-    members = [Member(client, f"{client}-{i}", bootstrap, topic, group) for i in range(3)]
+    members = [Member(client, f"{client}-{i}", bootstrap, topic, group, grpc_bootstrap=state.bootstrap_servers)
+               for i, client in enumerate(clients)]
     try:
         wait_split(members, "3 members to share 6 partitions")
         first = [f"a{i}" for i in range(600)]
