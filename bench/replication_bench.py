@@ -17,11 +17,15 @@ With ``--rate N`` the same two cases also run at a fixed offered load of N recor
 sends) and their p50/p99 go in ``latency_at_rate``: latency at moderate load, where the producer
 is not saturated; ``--rate-linger-ms`` gives those runs their own linger (the issue's latency
 figure is at ``linger_ms=0`` while the throughput figures use the default of 2). ``--bulk`` adds the bulk API figure: ``Producer.send_batch`` of 1000 values per
-call, RF=3 acks=all. Every case reports the CPU seconds of this (producer) process and of each
+call, RF=3 acks=all. When confluent-kafka is installed, librdkafka's own producer
+(``confluent_kafka.Producer``: acks=all, idempotent, the same linger, 100-byte values) runs the
+RF=3 case too, through the brokers' Kafka listeners, next to the project's producer in the same
+run (and at the fixed rate with ``--rate``); without it that part is skipped with the reason printed.
+Every case reports the CPU seconds of this (producer) process and of each
 broker (``/proc/<pid>/stat``) during the case, so each run shows where the time went.
 
     python bench/replication_bench.py [--records 400000] [--partitions 6] [--linger-ms 2] [--rate 20000]
-                                      [--rate-linger-ms 0]                                      [--bulk] [--tls] [--json]
+                                      [--rate-linger-ms 0] [--bulk] [--tls] [--no-librdkafka] [--json]
 """
 
 from __future__ import annotations
@@ -151,6 +155,78 @@ def run(bootstrap: str, topic: str, acks: str | int, records: int, args: argpars
     }
 
 
+def librdkafka_missing() -> str | None:
+    """Why the librdkafka figure cannot run here (None: it can)."""
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError as e:
+        return f"confluent_kafka is not installed ({e})"
+    return None
+
+
+def run_librdkafka(kafka_bootstrap: str, topic: str, records: int, args: argparse.Namespace, rate: int = -1,
+                   linger_ms: int | None = None) -> dict[str, Any]:
+    """The same case as ``run`` through librdkafka at the Kafka listener: acks=all, idempotent.
+
+    Latency is from produce() (time spent retrying a full local queue included, as ``run``
+    counts time blocked on a full buffer) to the delivery report, sampled on every 50th record."""
+    import confluent_kafka
+
+    offered = rate if rate > 0 else args.throughput
+    linger = args.linger_ms if linger_ms is None else linger_ms
+    p = confluent_kafka.Producer({"bootstrap.servers": kafka_bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": linger, "batch.size": args.batch_size,
+                                  # TCP_NODELAY, as the Java producer and gRPC set it: with Nagle on (librdkafka's
+                                  # default) a small request waits for the ACK of the previous one.
+                                  "socket.nagle.disable": True})
+    latencies: list[float] = []
+    failed: list[Any] = []
+    perf = time.perf_counter
+
+    def produce(sample_t0: float | None) -> None:
+        def report(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failed.append(err)
+            elif sample_t0 is not None:
+                latencies.append(perf() - sample_t0)
+        for _ in range(1_000_000):  # bounded: a full queue drains as the brokers acknowledge
+            try:
+                p.produce(topic, VALUE, on_delivery=report)
+                return
+            except BufferError:
+                p.poll(0.001)
+        raise RuntimeError("librdkafka's queue never drained")
+
+    for _ in range(args.warmup):
+        produce(None)
+    if p.flush(60) != 0:
+        raise RuntimeError("librdkafka warm-up not acknowledged within 60 s")
+    start = perf()
+    for i in range(records):
+        sampled = i % SAMPLE_EVERY == 0
+        produce(perf() if sampled else None)
+        if sampled:
+            p.poll(0)  # serve delivery reports as the run goes, not all at the end
+            if offered > 0:
+                ahead = (i + 1) / offered - (perf() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+    if p.flush(120) != 0:
+        raise RuntimeError("librdkafka records not acknowledged within 120 s")
+    elapsed = perf() - start
+    if failed:
+        raise RuntimeError(f"librdkafka: {len(failed)} records failed, first: {failed[0]}")
+    lat_ms = sorted(x * 1000 for x in latencies)
+    return {
+        "records": records,
+        "records_per_sec": round(records / elapsed),
+        "mb_per_sec": round(records * len(VALUE) / elapsed / 1e6, 2),
+        "p50_ms": round(statistics.median(lat_ms), 2),
+        "p99_ms": round(lat_ms[int(len(lat_ms) * 0.99) - 1], 2),
+        "max_ms": round(lat_ms[-1], 2),
+    }
+
+
 def rate_linger_ms(args: argparse.Namespace) -> int:
     """The linger of the --rate runs: their own if given, else the throughput runs' one."""
     return args.linger_ms if args.rate_linger_ms is None else int(args.rate_linger_ms)
@@ -172,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="bytes the producer may hold unacknowledged (back-pressure, bounds latency)")
     ap.add_argument("--throughput", type=int, default=-1, help="records/s to offer (-1: as fast as possible)")
     ap.add_argument("--tls", action="store_true", help="also RF=3 acks=all with clients on TLS + SCRAM (--secure)")
+    ap.add_argument("--no-librdkafka", action="store_true",
+                    help="skip the librdkafka (confluent_kafka.Producer) figure at the Kafka listener")
     ap.add_argument("--json", action="store_true")
     return ap
 
@@ -186,8 +264,11 @@ def main() -> None:
         create_topics(state.bootstrap_servers, args.partitions)
         pids = {bid: b.pid for bid, b in state.brokers.items()}
         bs = state.bootstrap_servers
+        kbs = state.kafka_bootstrap_servers
         a = measured(lambda: run(bs, "rf1", 1, args.records, args), pids)
         b = measured(lambda: run(bs, "rf3", "all", args.records, args), pids)
+        rd_skip = "--no-librdkafka" if args.no_librdkafka else librdkafka_missing()
+        rd = None if rd_skip else measured(lambda: run_librdkafka(kbs, "rf3", args.records, args), pids)
         bulk = measured(lambda: run_bulk(bs, "rf3", args.records, args), pids) if args.bulk else None
         at_rate: dict[str, Any] | None = None
         if args.rate > 0:
@@ -198,6 +279,9 @@ def main() -> None:
                                                           linger_ms=rate_linger), pids),
                        "rf3_acks_all": measured(lambda: run(bs, "rf3", "all", n, args, rate=args.rate,
                                                             linger_ms=rate_linger), pids)}
+            if rd is not None:
+                at_rate["rf3_acks_all_librdkafka"] = measured(
+                    lambda: run_librdkafka(kbs, "rf3", n, args, rate=args.rate, linger_ms=rate_linger), pids)
     finally:
         cluster.down()
         shutil.rmtree(root, ignore_errors=True)
@@ -218,6 +302,11 @@ def main() -> None:
     result["linger_ms"] = args.linger_ms
     if bulk is not None:
         result["rf3_acks_all_send_batch"] = bulk
+    if rd is not None:
+        result["rf3_acks_all_librdkafka"] = rd
+        result["librdkafka_ratio"] = round(rd["records_per_sec"] / b["records_per_sec"], 3)
+    else:
+        result["librdkafka_skipped"] = rd_skip
     if at_rate is not None:
         result["latency_at_rate"] = at_rate
     if tls is not None:
@@ -226,19 +315,30 @@ def main() -> None:
     print(f"{args.records} records of {len(VALUE)} B, {args.partitions} partitions, 3 brokers on loopback")
     print(f"{'':22} {'records/s':>11} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     rows = [("RF=1 acks=1", a), ("RF=3 acks=all (min.isr=2)", b)]
+    if rd is not None:
+        rows.append(("RF=3 acks=all, librdkafka", rd))
     if tls is not None:
         rows.append(("RF=3 acks=all, TLS+SCRAM", tls))
     for name, r in rows:
         print(f"{name:26} {r['records_per_sec']:>11,} {r['mb_per_sec']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} "
               f"{r['max_ms']:>8}")
     print(f"ratio (RF=3 acks=all) / (RF=1 acks=1): {result['ratio']}")
+    if rd is None:
+        print(f"librdkafka figure skipped: {rd_skip}")
+    else:
+        print(f"ratio librdkafka / project producer (RF=3 acks=all, idempotent): {result['librdkafka_ratio']}")
     if bulk is not None:
         print(f"{'RF=3 acks=all, send_batch':26} {bulk['records_per_sec']:>11,} {bulk['mb_per_sec']:>8}")
     if at_rate is not None:
-        for name, r in (("RF=1 acks=1", at_rate["rf1_acks_1"]), ("RF=3 acks=all", at_rate["rf3_acks_all"])):
+        rate_rows = [("RF=1 acks=1", at_rate["rf1_acks_1"]), ("RF=3 acks=all", at_rate["rf3_acks_all"])]
+        if "rf3_acks_all_librdkafka" in at_rate:
+            rate_rows.append(("RF=3 acks=all, librdkafka", at_rate["rf3_acks_all_librdkafka"]))
+        for name, r in rate_rows:
             print(f"at {args.rate:,} rec/s offered, linger_ms={at_rate['linger_ms']}, {name}: "
                   f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms")
     cases = [("RF=1 acks=1", a), ("RF=3 acks=all", b)] + ([("send_batch", bulk)] if bulk is not None else [])
+    if rd is not None:
+        cases.append(("RF=3 acks=all, librdkafka", rd))
     if at_rate is not None:
         cases.append((f"RF=3 acks=all at {args.rate:,}/s", at_rate["rf3_acks_all"]))
     for name, r in cases:

@@ -58,7 +58,7 @@ class GroupApis:
             return pb.JoinGroupResponse(error_code=E.INVALID_REQUEST, generation_id=-1)
         r = await self.c.join_group(req.group_id, req.member_id, req.client_id, ctx.host, req.protocol_type,
                                     [(p.name, p.metadata) for p in req.protocols], req.session_timeout_ms,
-                                    req.rebalance_timeout_ms)
+                                    req.rebalance_timeout_ms, req.require_known_member_id)
         return pb.JoinGroupResponse(error_code=_w(r.error_code), generation_id=r.generation_id,
                                     protocol_name=r.protocol_name, leader=r.leader_id, member_id=r.member_id,
                                     members=[pb.JoinGroupMember(member_id=m, metadata=md) for m, md in r.members])

@@ -36,7 +36,7 @@ the caller's: see ``GROUP_OPERATIONS``)::
     find_coordinator(group_id) -> (error_code, broker_id)
     join_group(group_id, member_id, client_id, client_host, protocol_type,
                protocols: list[tuple[str, bytes]], session_timeout_ms,
-               rebalance_timeout_ms) -> JoinGroupResult
+               rebalance_timeout_ms, require_known_member_id) -> JoinGroupResult
     sync_group(group_id, generation_id, member_id, assignments: dict[str, bytes]) -> SyncGroupResult
     heartbeat(group_id, generation_id, member_id) -> error_code
     leave_group(group_id, member_id) -> error_code
@@ -215,13 +215,14 @@ class GroupCoordinator:
 
     async def join_group(self, group_id: str, member_id: str, client_id: str, client_host: str,
                          protocol_type: str, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
-                         rebalance_timeout_ms: int) -> JoinGroupResult:
+                         rebalance_timeout_ms: int, require_known_member_id: bool = False) -> JoinGroupResult:
         code = await self._admit(group_id)
         if code != NONE:
             return JoinGroupResult(code, member_id=member_id)
         new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
         answer, done = self.core.join(group_id, member_id, new_id, client_id, client_host, protocol_type,
-                                      protocols, session_timeout_ms, rebalance_timeout_ms, self.clock())
+                                      protocols, session_timeout_ms, rebalance_timeout_ms, self.clock(),
+                                      require_known_member_id)
         # The superseded answer of a retried join is for the old future: dispatch before parking.
         self._dispatch(done)
         if answer is not None:

@@ -27,11 +27,16 @@ A group moves through Kafka's states::
   that every member supports.
 * Sync barrier: followers' SyncGroup waits until the leader's SyncGroup brings
   the assignment of every member; then all get theirs and the group is Stable.
-* Liveness: a member is alive while it heartbeats within its session timeout;
-  a member parked in JoinGroup is kept alive (its answer is what it waits for).
+* Member ids (KIP-394): a JoinGroup v4+ without a member id is answered
+  MEMBER_ID_REQUIRED with a fresh id, kept pending (it holds the join barrier)
+  until the member joins with it or its session timeout passes.
+* Liveness: a member is alive while it heartbeats within its session timeout
+  (a heartbeat of the current generation only); a member parked in JoinGroup is
+  kept alive (its answer is what it waits for). Heartbeats answer
+  REBALANCE_IN_PROGRESS while the group prepares a rebalance: the member rejoins.
 * Offsets: OffsetCommit is fenced by generation and member id (ILLEGAL_GENERATION,
   UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS while the group awaits its
-  assignment). A commit with generation -1 and no member id is accepted only
+  assignment). A commit with generation -1 is accepted only
   for an Empty group (the admin's reset-offsets, a consumer without a group
   protocol). ``commit_offsets`` only validates: the shell writes ZooKeeper and
   then calls ``offsets_committed`` so the cache never runs ahead of storage.
@@ -58,6 +63,7 @@ ILLEGAL_GENERATION: Final = errors.IllegalGenerationError.code
 REBALANCE_IN_PROGRESS: Final = errors.RebalanceInProgressError.code
 INCONSISTENT_GROUP_PROTOCOL: Final = errors.InconsistentGroupProtocolError.code
 INVALID_SESSION_TIMEOUT: Final = errors.InvalidSessionTimeoutError.code
+MEMBER_ID_REQUIRED: Final = errors.MemberIdRequiredError.code
 
 JOIN: Final = "join"
 SYNC: Final = "sync"
@@ -141,6 +147,9 @@ class GroupMetadata:
     # Join order: the first joined member leads a new generation.
     join_order: list[str] = field(default_factory=list)
     rebalance_deadline_ms: int = 0
+    # KIP-394: ids handed out with MEMBER_ID_REQUIRED, not yet joined with -> when they expire
+    # (the session timeout of the join that asked). They hold the join barrier as members do.
+    pending_members: dict[str, int] = field(default_factory=dict)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def describe(self) -> GroupDescription:
@@ -200,8 +209,14 @@ class GroupStateMachine:
 
     def join(self, group_id: str, member_id: str, new_member_id: str, client_id: str, client_host: str,
              protocol_type: str, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
-             rebalance_timeout_ms: int, now_ms: int) -> tuple[JoinGroupResult | None, list[Completion]]:
-        """None as the answer: the member is parked until a completion carries its JoinGroupResult."""
+             rebalance_timeout_ms: int, now_ms: int, require_known_member_id: bool = False,
+             ) -> tuple[JoinGroupResult | None, list[Completion]]:
+        """None as the answer: the member is parked until a completion carries its JoinGroupResult.
+
+        ``require_known_member_id`` (JoinGroup v4+, KIP-394): a join without a member id is not
+        admitted but answered MEMBER_ID_REQUIRED with ``new_member_id``, which the client sends
+        back in its next join. A client whose first join timed out and retried then cannot leave
+        an orphan member behind that holds every later join barrier until its session expires."""
         lim = self.limits
         if not lim.min_session_timeout_ms <= session_timeout_ms <= lim.max_session_timeout_ms:
             return JoinGroupResult(INVALID_SESSION_TIMEOUT, member_id=member_id), []
@@ -216,12 +231,19 @@ class GroupStateMachine:
         rebalance_timeout_ms = max(rebalance_timeout_ms, session_timeout_ms) if rebalance_timeout_ms <= 0 \
             else rebalance_timeout_ms
         out: list[Completion] = []
-        if member_id and member_id not in g.members:
+        if member_id in g.pending_members:
+            del g.pending_members[member_id]  # the id handed out with MEMBER_ID_REQUIRED: admitted now
+        elif member_id and member_id not in g.members:
             return JoinGroupResult(UNKNOWN_MEMBER_ID, member_id=member_id), []
-        if not member_id:
-            if len(g.members) >= lim.max_group_size:
+        elif not member_id:
+            # Pending ids count: they are members in the making, and the group's size is bounded.
+            if len(g.members) + len(g.pending_members) >= lim.max_group_size:
                 return JoinGroupResult(errors.GroupMaxSizeReachedError.code), []
+            if require_known_member_id:
+                g.pending_members[new_member_id] = now_ms + session_timeout_ms
+                return JoinGroupResult(MEMBER_ID_REQUIRED, member_id=new_member_id), []
             member_id = new_member_id
+        if member_id not in g.members:
             m = MemberMetadata(member_id, client_id, client_host, protocol_type, tuple(protocols),
                                session_timeout_ms, rebalance_timeout_ms, now_ms, awaiting_join=True)
             g.members[member_id] = m
@@ -242,12 +264,12 @@ class GroupStateMachine:
             # A retried JoinGroup replaces the parked one, which is answered as superseded.
             out.append(Completion(group_id, member_id, JOIN, JoinGroupResult(errors.RebalanceInProgressError.code,
                                                                              member_id=member_id)))
-        if g.state in (STABLE, COMPLETING_REBALANCE) and not changed and member_id != g.leader_id:
-            # Nothing new: the current generation stands (Kafka answers at once).
+        if not changed and (g.state == COMPLETING_REBALANCE or (g.state == STABLE and member_id != g.leader_id)):
+            # Nothing new: the current generation stands and Kafka answers at once - the leader
+            # too while its assignment is awaited (it lost its join answer; it gets the members
+            # again). Only in Stable does the leader's join ask for a new assignment: rebalance.
             g.members[member_id] = m
             return self._join_result(g, member_id), out
-        if g.state == STABLE and not changed and member_id == g.leader_id:
-            pass  # the leader asks for a new assignment (e.g. its metadata changed): rebalance
         g.members[member_id] = replace(m, awaiting_join=True)
         if member_id not in g.join_order:
             g.join_order.append(member_id)
@@ -274,7 +296,7 @@ class GroupStateMachine:
     def _maybe_complete_join(self, g: GroupMetadata, now_ms: int, force: bool = False) -> list[Completion]:
         if g.state != PREPARING_REBALANCE:
             return []
-        if not force and not all(m.awaiting_join for m in g.members.values()):
+        if not force and (g.pending_members or not all(m.awaiting_join for m in g.members.values())):
             return []
         for mid in [mid for mid, m in g.members.items() if not m.awaiting_join]:
             self._remove(g, mid)  # did not rejoin within the rebalance timeout
@@ -335,18 +357,26 @@ class GroupStateMachine:
     # ------------------------------------------------------------ Heartbeat, LeaveGroup, timeouts
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> int:
+        """Kafka 2.x's order: the member, then its generation, and only a heartbeat of the current
+        generation keeps the member alive (a zombie of an old one must not) - answered
+        REBALANCE_IN_PROGRESS while the group prepares a rebalance (the member must rejoin) and
+        NONE in CompletingRebalance (the member's SyncGroup is on its way)."""
         g = self.groups.get(group_id)
         if g is None or member_id not in g.members:
             return UNKNOWN_MEMBER_ID
-        g.members[member_id] = replace(g.members[member_id], last_heartbeat_ms=now_ms)
-        if g.state == PREPARING_REBALANCE:
-            return REBALANCE_IN_PROGRESS  # the member must rejoin
         if generation_id != g.generation_id:
             return ILLEGAL_GENERATION
+        g.members[member_id] = replace(g.members[member_id], last_heartbeat_ms=now_ms)
+        if g.state == PREPARING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
         return NONE
 
     def leave(self, group_id: str, member_id: str, now_ms: int) -> tuple[int, list[Completion]]:
         g = self.groups.get(group_id)
+        if g is not None and member_id in g.pending_members:
+            # An id handed out but never joined with: forget it; a barrier it held may now complete.
+            del g.pending_members[member_id]
+            return NONE, self._maybe_complete_join(g, now_ms)
         if g is None or member_id not in g.members:
             return UNKNOWN_MEMBER_ID, []
         return NONE, self._member_gone(g, member_id, now_ms)
@@ -370,6 +400,11 @@ class GroupStateMachine:
         """Session timeouts (members that stopped heartbeating) and rebalance timeouts."""
         out: list[Completion] = []
         for g in list(self.groups.values()):
+            expired = [mid for mid, deadline in g.pending_members.items() if now_ms >= deadline]
+            for mid in expired:
+                del g.pending_members[mid]
+            if expired:
+                out += self._maybe_complete_join(g, now_ms)
             for mid, m in list(g.members.items()):
                 if mid in g.members and not m.awaiting_join and now_ms - m.last_heartbeat_ms > m.session_timeout_ms:
                     out += self._member_gone(g, mid, now_ms)
@@ -382,6 +417,7 @@ class GroupStateMachine:
         times = [m.last_heartbeat_ms + m.session_timeout_ms + 1 for g in self.groups.values()
                  for m in g.members.values() if not m.awaiting_join]
         times += [g.rebalance_deadline_ms for g in self.groups.values() if g.state == PREPARING_REBALANCE]
+        times += [deadline for g in self.groups.values() for deadline in g.pending_members.values()]
         return min(times, default=None)
 
     # ------------------------------------------------------------ offsets
@@ -389,8 +425,10 @@ class GroupStateMachine:
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str) -> int:
         """NONE when the commit may be written (the shell then writes and calls offsets_committed)."""
         g = self.groups.get(group_id)
-        if generation_id < 0 and not member_id:
-            return NONE if g is None or g.state == EMPTY else errors.IllegalGenerationError.code
+        # Kafka 2.x: a commit outside the group protocol (generation -1: the admin's reset, a
+        # consumer with assign()) only to an Empty group; anything else must be a current member.
+        if generation_id < 0 and (g is None or g.state == EMPTY):
+            return NONE
         if g is None or member_id not in g.members:
             return UNKNOWN_MEMBER_ID
         if generation_id != g.generation_id:

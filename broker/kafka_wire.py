@@ -513,7 +513,7 @@ def _join_group(r: Any, h: Header) -> Plan:
     return [("JoinGroup", pb.JoinGroupRequest(
         group_id=r.group_id, session_timeout_ms=session_ms,
         rebalance_timeout_ms=session_ms if rebalance is None else ms(rebalance), member_id=r.member_id,
-        protocol_type=r.protocol_type, client_id=h.client_id,
+        protocol_type=r.protocol_type, client_id=h.client_id, require_known_member_id=h.api_version >= 4,
         protocols=[pb.JoinGroupProtocol(name=p.name, metadata=p.metadata) for p in r.protocols]))]
 
 

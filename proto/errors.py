@@ -356,6 +356,11 @@ class OffsetNotAvailableError(KafkaError):
     retriable = True
 
 
+class MemberIdRequiredError(KafkaError):
+    code, name = 79, "MEMBER_ID_REQUIRED"
+    description = "The group member needs a member id: rejoin with the one in this response (KIP-394)."
+
+
 class PreferredLeaderNotAvailableError(KafkaError):
     code, name = 80, "PREFERRED_LEADER_NOT_AVAILABLE"
     description = "The preferred leader is not available."

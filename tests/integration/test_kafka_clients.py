@@ -7,6 +7,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -255,3 +256,436 @@ def test_librdkafka_idempotent_produce_survives_a_leader_sigkill(cluster) -> Non
     report = check(writes, reads)
     assert report.valid, report.summary()
     assert sum(ends.values()) == total
+
+
+# ------------------------------------------------------------------ consumer groups of real clients
+#
+# Several members of one group (kafka-python or aiokafka), each in its own thread with its own
+# client object (neither client is thread-safe; aiokafka gets its own event loop per thread), all
+# with Kafka's range assignor. Every assertion is on the records the members actually received.
+
+GROUP_PARTITIONS = 6
+CLIENTS = ("kafka-python", "aiokafka")
+CLIENT_MODULE = {"kafka-python": "kafka", "aiokafka": "aiokafka", "minikafka": "client"}
+# Short sessions so a SIGKILLed member is noticed in seconds (the broker's
+# group.min.session.timeout.ms, CoordinatorLimits, allows down to 1000 ms); a bounded rebalance
+# timeout so a member that never rejoins cannot hold a join barrier for Kafka's 5 minutes.
+GROUP_CONFIG = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500, "max_poll_interval_ms": 20000}
+
+
+def produce_spread(bootstrap: str, topic: str, values: list[str]) -> None:
+    """``values`` round-robin over the topic's partitions, acks=all and idempotent."""
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    errs: list[Any] = []
+    for i, v in enumerate(values):
+        p.produce(topic, value=v.encode(), partition=i % GROUP_PARTITIONS,
+                  on_delivery=lambda e, _m: e and errs.append(e))
+    assert p.flush(60) == 0 and errs == []
+
+
+class Member:
+    """One group member polled in its own thread until ``leave()`` (a clean close: LeaveGroup) or
+    its deadline. It commits synchronously after every non-empty poll, so what it received is
+    committed before it looks at the stop flag."""
+
+    def __init__(self, client: str, name: str, bootstrap: str, topic: str, group: str,
+                 lifetime_s: float = 120, grpc_bootstrap: str = "") -> None:
+        # "minikafka": this project's client.Consumer, over gRPC (``grpc_bootstrap``) to the same
+        # group coordinator; it speaks Kafka's consumer protocol with the range assignor too.
+        self.grpc_bootstrap = grpc_bootstrap
+        self.client, self.name, self.bootstrap, self.topic, self.group = client, name, bootstrap, topic, group
+        self.got: list[tuple[int, int, str]] = []  # (partition, offset, value), in arrival order
+        self.assignment: frozenset[int] = frozenset()
+        self.commit_failures = 0
+        self.error: BaseException | None = None
+        self.closed = threading.Event()
+        self._stop = threading.Event()
+        self._deadline = time.monotonic() + lifetime_s
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def values(self) -> list[str]:
+        with self._lock:
+            return [v for _p, _o, v in self.got]
+
+    def records(self) -> list[tuple[int, int, str]]:
+        with self._lock:
+            return list(self.got)
+
+    def leave(self, timeout_s: float = 30) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"{self.name} did not close within {timeout_s}s"
+        assert self.error is None, f"{self.name}: {self.error!r}"
+
+    def _received(self, batches: dict[Any, list[Any]]) -> None:
+        with self._lock:
+            self.got += [(m.partition, m.offset, m.value.decode()) for msgs in batches.values() for m in msgs]
+
+    def _run(self) -> None:
+        try:
+            if self.client == "aiokafka":
+                import asyncio
+                asyncio.run(self._run_aiokafka())
+            elif self.client == "minikafka":
+                self._run_minikafka()
+            else:
+                self._run_kafka_python()
+        except BaseException as e:  # reported by leave() and the checks
+            self.error = e
+        finally:
+            self.closed.set()
+
+    def _run_kafka_python(self) -> None:
+        import kafka
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        c = kafka.KafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=self.group,
+                                client_id=self.name, auto_offset_reset="earliest", enable_auto_commit=False,
+                                partition_assignment_strategy=[RangePartitionAssignor], **GROUP_CONFIG)
+        try:
+            while not self._stop.is_set() and time.monotonic() < self._deadline:
+                batches = c.poll(timeout_ms=200)
+                self._received(batches)
+                if batches:
+                    try:
+                        c.commit()
+                    except kafka.errors.CommitFailedError:
+                        self.commit_failures += 1  # rebalanced meanwhile: the next owner re-reads
+                self.assignment = frozenset(tp.partition for tp in c.assignment())
+        finally:
+            c.close(autocommit=False)
+
+    def _run_minikafka(self) -> None:
+        from client.consumer import Consumer
+        from proto import errors
+
+        c = Consumer(self.topic, bootstrap_servers=self.grpc_bootstrap, group_id=self.group,
+                     consumer_id=self.name, auto_offset_reset="earliest", enable_auto_commit=False,
+                     **GROUP_CONFIG)
+        try:
+            while not self._stop.is_set() and time.monotonic() < self._deadline:
+                records = c.poll(timeout_ms=200)
+                with self._lock:
+                    self.got += [(r.partition, r.offset, r.value.decode()) for r in records]
+                if records:
+                    try:
+                        c.commit()
+                    except errors.KafkaError:
+                        self.commit_failures += 1
+                self.assignment = frozenset(tp.partition for tp in c.assignment())
+        finally:
+            c.close(autocommit=False)
+
+    async def _run_aiokafka(self) -> None:
+        import asyncio
+
+        import aiokafka
+        from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+        c = aiokafka.AIOKafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=self.group,
+                                      client_id=self.name, auto_offset_reset="earliest", enable_auto_commit=False,
+                                      partition_assignment_strategy=(RangePartitionAssignor,), **GROUP_CONFIG)
+        await c.start()
+        try:
+            while not self._stop.is_set() and time.monotonic() < self._deadline:
+                batches = await c.getmany(timeout_ms=200)
+                self._received(batches)
+                if batches:
+                    try:
+                        await c.commit()
+                    except aiokafka.errors.CommitFailedError:
+                        self.commit_failures += 1
+                self.assignment = frozenset(tp.partition for tp in c.assignment())
+                await asyncio.sleep(0)
+        finally:
+            await c.stop()
+
+
+def wait_split(members: list[Member], what: str, timeout_s: float = 45) -> None:
+    """Until the members' assignments split every partition among them, each owned once, evenly
+    (the range assignor: 6 partitions over n members)."""
+    def split() -> bool:
+        for m in members:
+            assert m.error is None and not m.closed.is_set(), f"{m.name}: {m.error!r}"
+        owned = [m.assignment for m in members]
+        return (sorted(p for a in owned for p in a) == list(range(GROUP_PARTITIONS))
+                and {len(a) for a in owned} == {GROUP_PARTITIONS // len(members)})
+    wait_for(split, timeout_s=timeout_s, interval_s=0.1, what=what)
+
+
+def wait_received(members: list[Member], values: list[str], what: str, extra: Callable[[], list[str]] = list,
+                  timeout_s: float = 45) -> None:
+    want = set(values)
+
+    def seen() -> bool:
+        for m in members:
+            assert m.error is None, f"{m.name}: {m.error!r}"
+        got = {v for m in members for v in m.values()} | set(extra())
+        return want <= got
+    wait_for(seen, timeout_s=timeout_s, interval_s=0.1, what=what)
+
+
+def assert_owned_once(members: list[Member], values: list[str]) -> None:
+    """Each partition's records went to exactly one member (its owner), none twice, none lost."""
+    owners: dict[int, set[str]] = {}
+    for m in members:
+        for part, _off, _v in m.records():
+            owners.setdefault(part, set()).add(m.name)
+        assert {p for p, _o, _v in m.records()} == set(m.assignment), m.name
+    assert sorted(owners) == list(range(GROUP_PARTITIONS))
+    assert all(len(o) == 1 for o in owners.values()), owners
+    got = [v for m in members for v in m.values()]
+    assert sorted(got) == sorted(values)
+
+
+@pytest.mark.parametrize("clients", [("kafka-python",) * 3, ("aiokafka",) * 3,
+                                     ("minikafka", "kafka-python", "kafka-python")],
+                         ids=["kafka-python", "aiokafka", "minikafka+kafka-python"])
+def test_group_members_split_partitions_and_take_over_after_a_clean_leave(module_cluster, clients: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    """3 members, 6 partitions: each partition consumed by exactly one member; when one closes
+    (LeaveGroup) the other two take its partitions over from its commits, losing nothing. The
+    mixed case has this project's Consumer (gRPC) and kafka-python (Kafka listener) in one group."""
+    for client in set(clients):
+        pytest.importorskip(CLIENT_MODULE[client])
+    bootstrap = kafka_bootstrap(module_cluster)
+    state = module_cluster.cluster.state
+    topic = group = "split-" + "-".join(sorted(set(clients)))
+    create(AdminClient({"bootstrap.servers": bootstrap}), topic, GROUP_PARTITIONS)
+    members = [Member(client, f"{client}-{i}", bootstrap, topic, group, grpc_bootstrap=state.bootstrap_servers)
+               for i, client in enumerate(clients)]
+    try:
+        wait_split(members, "3 members to share 6 partitions")
+        first = [f"a{i}" for i in range(600)]
+        produce_spread(bootstrap, topic, first)
+        wait_received(members, first, "the first batch")
+        assert_owned_once(members, first)
+
+        gone, rest = members[0], members[1:]
+        gone.leave()
+        wait_split(rest, "2 members to take over the leaver's partitions")
+        second = [f"b{i}" for i in range(600)]
+        produce_spread(bootstrap, topic, second)
+        wait_received(rest, second, "the second batch")
+        got = [v for m in members for v in m.values()]
+        # Nothing lost; nothing twice (every member committed all it had received before the leave).
+        assert sorted(got) == sorted(first + second)
+    finally:
+        for m in members:
+            m.leave()
+
+
+KILLED_MEMBER = r"""
+import sys, time
+client, bootstrap, topic, group, name = sys.argv[1:6]
+cfg = dict(session_timeout_ms=6000, heartbeat_interval_ms=500, max_poll_interval_ms=20000)
+deadline = time.monotonic() + 120
+def report(batches, assignment):
+    # Printed before the commit: a record killed between the two is re-delivered, never lost.
+    for msgs in batches.values():
+        for m in msgs:
+            print("GOT", m.partition, m.offset, m.value.decode(), flush=True)
+    print("ASSIGNED", ",".join(str(tp.partition) for tp in assignment), flush=True)
+if client == "kafka-python":
+    import kafka
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    c = kafka.KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
+                            auto_offset_reset="earliest", enable_auto_commit=False,
+                            partition_assignment_strategy=[RangePartitionAssignor], **cfg)
+    while time.monotonic() < deadline:
+        b = c.poll(timeout_ms=200)
+        report(b, c.assignment())
+        if b:
+            c.commit()
+else:
+    import asyncio, aiokafka
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    async def main():
+        c = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
+                                      auto_offset_reset="earliest", enable_auto_commit=False,
+                                      partition_assignment_strategy=(RangePartitionAssignor,), **cfg)
+        await c.start()
+        while time.monotonic() < deadline:
+            b = await c.getmany(timeout_ms=200)
+            report(b, c.assignment())
+            if b:
+                await c.commit()
+    asyncio.run(main())
+"""
+
+
+class ChildMember:
+    """A group member in a subprocess (to be SIGKILLed: no LeaveGroup, no last commit)."""
+
+    def __init__(self, client: str, name: str, bootstrap: str, topic: str, group: str) -> None:
+        import os
+        import sys
+
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        self.name = name
+        self.proc = subprocess.Popen([sys.executable, "-c", KILLED_MEMBER, client, bootstrap, topic, group, name],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        self.assignment: frozenset[int] = frozenset()
+        self._got: list[str] = []
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.closed = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # ends when the child dies (EOF)
+            kind, _, rest = line.rstrip("\n").partition(" ")
+            if kind == "GOT":
+                with self._lock:
+                    self._got.append(rest.split(" ", 2)[2])
+            elif kind == "ASSIGNED":
+                self.assignment = frozenset(int(p) for p in rest.split(",") if p)
+
+    def values(self) -> list[str]:
+        with self._lock:
+            return list(self._got)
+
+    def kill(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self._reader.join(10)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_group_rebalances_when_a_member_is_sigkilled(module_cluster, client: str) -> None:  # type: ignore[no-untyped-def]
+    """A member SIGKILLed (no LeaveGroup): its session times out (6 s) and the two others take its
+    partitions over; every record is received (the killed one's uncommitted tail at most twice)."""
+    pytest.importorskip(CLIENT_MODULE[client])
+    bootstrap = kafka_bootstrap(module_cluster)
+    topic = group = f"kill-{client}"
+    create(AdminClient({"bootstrap.servers": bootstrap}), topic, GROUP_PARTITIONS)
+    child = ChildMember(client, f"{client}-child", bootstrap, topic, group)
+    members = [Member(client, f"{client}-{i}", bootstrap, topic, group) for i in range(2)]
+    try:
+        wait_split([*members, child], "3 members (one in a subprocess) to share 6 partitions")  # type: ignore[list-item]
+        first = [f"a{i}" for i in range(600)]
+        produce_spread(bootstrap, topic, first)
+        wait_received(members, first, "the first batch", extra=child.values)
+        assert child.values(), "the child received its share"
+        child.kill()
+        killed_at = time.monotonic()
+        second = [f"b{i}" for i in range(600)]
+        produce_spread(bootstrap, topic, second)
+        wait_split(members, "2 members to take over the killed member's partitions", timeout_s=40)
+        took = time.monotonic() - killed_at
+        wait_received(members, second, "the second batch")
+        got = {v for m in members for v in m.values()} | set(child.values())
+        assert got == set(first + second)
+        # The session timeout, not something faster: the survivors kept heartbeating.
+        assert took >= 4, f"rebalanced {took:.1f}s after the kill, before the 6 s session ran out"
+    finally:
+        if child.proc.poll() is None:
+            child.kill()
+        for m in members:
+            m.leave()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_new_member_resumes_from_committed_offsets(module_cluster, client: str) -> None:  # type: ignore[no-untyped-def]
+    """A member reads everything but commits only the first half of each partition; a new member
+    of the group then gets exactly the uncommitted second halves: nothing skipped, nothing more."""
+    pytest.importorskip(CLIENT_MODULE[client])
+    bootstrap = kafka_bootstrap(module_cluster)
+    topic = group = f"resume-{client}"
+    create(AdminClient({"bootstrap.servers": bootstrap}), topic, GROUP_PARTITIONS)
+    values = [f"r{i}" for i in range(600)]
+    produce_spread(bootstrap, topic, values)
+    per_part = len(values) // GROUP_PARTITIONS
+    half = per_part // 2
+    expected_tail = sorted(v for i, v in enumerate(values) if i // GROUP_PARTITIONS >= half)
+    # Commit the first half by hand (librdkafka: a third client on the same coordinator).
+    setter = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                       "enable.auto.commit": False})
+    try:
+        committed = setter.commit(offsets=[confluent_kafka.TopicPartition(topic, p, half)
+                                           for p in range(GROUP_PARTITIONS)], asynchronous=False)
+        assert committed is not None and all(tp.error is None for tp in committed)
+    finally:
+        setter.close()
+    m = Member(client, f"{client}-resumer", bootstrap, topic, group)
+    try:
+        wait_received([m], expected_tail, "the uncommitted tail")
+        # A bounded grace for anything extra (a re-delivery of the committed head) to show up.
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and len(m.values()) == len(expected_tail):
+            time.sleep(0.1)
+        assert sorted(m.values()) == expected_tail
+        assert all(off >= half for _p, off, _v in m.records())
+    finally:
+        m.leave()
+
+
+def kafka_call(sock: socket.socket, api_key: int, version: int, values: dict[str, Any]) -> Any:
+    """One request on a raw connection, as a client writes it, and its decoded response."""
+    from kafka_frames import frame, read_response
+
+    body = frame(api_key, version, values)
+    sock.sendall(struct.pack(">i", len(body)) + body)
+    head = b""
+    for _ in range(1000):  # bounded: recv returns at least one byte or b"" (closed)
+        if len(head) >= 4:
+            break
+        chunk = sock.recv(4 - len(head))
+        assert chunk, "the broker closed the connection"
+        head += chunk
+    (size,) = struct.unpack(">i", head)
+    data = b""
+    for _ in range(100_000):
+        if len(data) >= size:
+            break
+        chunk = sock.recv(size - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return read_response(head + data, api_key, version)[1]
+
+
+def test_join_group_v4_plus_asks_for_a_member_id_and_fences_heartbeats(module_cluster) -> None:  # type: ignore[no-untyped-def]
+    """The group protocol on the wire as Kafka 2.x answers it: MEMBER_ID_REQUIRED for an id-less
+    JoinGroup v5 (KIP-394), then the join with that id; Heartbeat answers by generation; SyncGroup
+    and LeaveGroup of the one member."""
+    from kio.schema.errors import ErrorCode
+
+    bootstrap = kafka_bootstrap(module_cluster)
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    group = "raw-kip394"
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        found = kafka_call(s, 10, 3, {"key": group, "key_type": 0})
+        assert found.error_code == ErrorCode.none
+        coordinator = (found.host, found.port)
+    join = {"group_id": group, "session_timeout": 6000, "rebalance_timeout": 10000, "member_id": "",
+            "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"\x00\x01"}]}
+    with socket.create_connection(coordinator, timeout=20) as s:
+        first = kafka_call(s, 11, 5, join)
+        assert first.error_code == ErrorCode.member_id_required and first.member_id
+        member = first.member_id
+        joined = kafka_call(s, 11, 5, {**join, "member_id": member})
+        assert joined.error_code == ErrorCode.none
+        assert (joined.member_id, joined.leader) == (member, member) and joined.generation_id >= 1
+        gen = joined.generation_id
+        beat = {"group_id": group, "member_id": member, "group_instance_id": None}
+        assert kafka_call(s, 12, 3, {**beat, "generation_id": gen}).error_code == ErrorCode.none
+        assert kafka_call(s, 12, 3, {**beat, "generation_id": gen - 1}).error_code == ErrorCode.illegal_generation
+        assert kafka_call(s, 12, 3, {**beat, "member_id": "ghost", "generation_id": gen}).error_code == \
+            ErrorCode.unknown_member_id
+        synced = kafka_call(s, 14, 3, {"group_id": group, "generation_id": gen, "member_id": member,
+                                       "group_instance_id": None,
+                                       "assignments": [{"member_id": member, "assignment": b"A"}]})
+        assert (synced.error_code, synced.assignment) == (ErrorCode.none, b"A")
+        left = kafka_call(s, 13, 3, {"group_id": group, "members": [{"member_id": member,
+                                                                       "group_instance_id": None}]})
+        assert left.error_code == ErrorCode.none and left.members[0].error_code == ErrorCode.none
+        # An id-less join of an older version is admitted at once (v3 predates KIP-394).
+        old = kafka_call(s, 11, 3, {k: v for k, v in join.items() if k != "group_instance_id"})
+        assert old.error_code == ErrorCode.none and old.member_id and old.leader == old.member_id
+        kafka_call(s, 13, 2, {"group_id": group, "member_id": old.member_id})

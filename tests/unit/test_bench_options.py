@@ -24,3 +24,10 @@ def test_rate_runs_take_their_own_linger() -> None:
 def test_rate_runs_default_to_the_throughput_linger() -> None:
     args = build_parser().parse_args(["--linger-ms", "7", "--rate", "20000"])
     assert rate_linger_ms(args) == 7
+
+
+def test_the_librdkafka_figure_is_optional() -> None:
+    assert build_parser().parse_args([]).no_librdkafka is False
+    assert build_parser().parse_args(["--no-librdkafka"]).no_librdkafka is True
+    reason = _bench.librdkafka_missing()
+    assert reason is None or "confluent_kafka" in reason

@@ -7,6 +7,7 @@ from broker.group_state import (
     EMPTY,
     ILLEGAL_GENERATION,
     JOIN,
+    MEMBER_ID_REQUIRED,
     NONE,
     PREPARING_REBALANCE,
     REBALANCE_IN_PROGRESS,
@@ -127,7 +128,7 @@ def test_commit_is_fenced_by_generation_and_member() -> None:
     assert sm.commit_offsets(G, gen, "a") == NONE
     assert sm.commit_offsets(G, gen - 1, "a") == ILLEGAL_GENERATION
     assert sm.commit_offsets(G, gen, "zombie") == UNKNOWN_MEMBER_ID
-    assert sm.commit_offsets(G, -1, "") == ILLEGAL_GENERATION   # the admin path needs an Empty group
+    assert sm.commit_offsets(G, -1, "") == UNKNOWN_MEMBER_ID    # the admin path needs an Empty group
     assert sm.sync(G, gen - 1, "a", {}, 0)[0] == SyncGroupResult(ILLEGAL_GENERATION)
     assert sm.heartbeat(G, gen - 1, "a", 0) == ILLEGAL_GENERATION
     join(sm, "", 100, new_id="c")
@@ -193,3 +194,82 @@ def test_coordinator_choice_is_deterministic() -> None:
     assert coordinator_for("g", []) == -1
     owners = {coordinator_for(f"group-{i}", [1, 2, 3]) for i in range(50)}
     assert owners == {1, 2, 3}
+
+
+# ------------------------------------------------------------------ Kafka 2.x behaviours real clients meet
+
+
+def join_v4(sm: GroupStateMachine, member: str, now: int, new_id: str = "",
+            session: int = 10_000) -> tuple[JoinGroupResult | None, list[Completion]]:
+    return sm.join(G, member, new_id or member, "client", "host", "consumer", PROTOS, session, 30_000, now,
+                   require_known_member_id=True)
+
+
+def test_join_v4_hands_out_a_member_id_first_and_admits_it_on_the_next_join() -> None:
+    sm = GroupStateMachine()
+    answer, done = join_v4(sm, "", 0, new_id="a")
+    assert answer == JoinGroupResult(MEMBER_ID_REQUIRED, member_id="a") and not done
+    assert sm.groups[G].members == {} and sm.groups[G].state == EMPTY
+    answer, done = join_v4(sm, "a", 10)
+    assert answer is None and joins(done)["a"].error_code == NONE and joins(done)["a"].leader_id == "a"
+
+
+def test_a_pending_member_id_holds_the_join_barrier_until_it_joins() -> None:
+    sm = GroupStateMachine()
+    stable_pair(sm)
+    join(sm, "", 100, new_id="c")                       # a rebalance starts
+    join_v4(sm, "", 110, new_id="d")                   # d asked for an id and is coming back with it
+    _, done_a = join(sm, "a", 120)
+    _, done_b = join(sm, "b", 130)
+    assert done_a == [] and done_b == [] and sm.groups[G].state == PREPARING_REBALANCE
+    _, done = join_v4(sm, "d", 140)
+    assert set(joins(done)) == {"a", "b", "c", "d"}
+
+
+def test_a_pending_member_id_never_used_expires_after_the_session_timeout() -> None:
+    sm = GroupStateMachine()
+    stable_pair(sm)
+    join(sm, "", 100, new_id="c")
+    join_v4(sm, "", 110, new_id="d", session=6_000)
+    join(sm, "a", 120)
+    join(sm, "b", 130)
+    assert sm.next_deadline_ms() == 6_110
+    assert sm.tick(6_000) == []
+    done = sm.tick(6_110)                               # d's id expired: the barrier completes without it
+    assert set(joins(done)) == {"a", "b", "c"}
+    answer, _ = join_v4(sm, "d", 6_200)
+    assert answer is not None and answer.error_code == UNKNOWN_MEMBER_ID
+
+
+def test_pending_member_ids_count_towards_the_group_size() -> None:
+    sm = GroupStateMachine(CoordinatorLimits(max_group_size=2))
+    join(sm, "", 0, new_id="a")
+    join_v4(sm, "", 0, new_id="b")
+    answer, _ = join_v4(sm, "", 0, new_id="c")
+    assert answer is not None and answer.error_code == errors.GroupMaxSizeReachedError.code
+
+
+def test_the_leader_rejoining_before_its_sync_gets_the_same_generation_back() -> None:
+    """Kafka 2.x: in CompletingRebalance a join with unchanged metadata (the leader lost its join
+    answer) is answered with the current generation, members included - not a new rebalance."""
+    sm = GroupStateMachine()
+    gen = stable_pair(sm)
+    join(sm, "", 100, new_id="c")
+    join(sm, "a", 110)
+    _, done = join(sm, "b", 120)
+    gen2 = joins(done)["a"].generation_id
+    assert gen2 == gen + 1 and sm.groups[G].state == COMPLETING_REBALANCE
+    answer, done = join(sm, "a", 130)
+    assert done == [] and answer is not None and answer.generation_id == gen2
+    assert [m for m, _ in answer.members] == ["a", "b", "c"]
+    assert sm.groups[G].state == COMPLETING_REBALANCE
+
+
+def test_a_heartbeat_of_an_old_generation_is_illegal_and_keeps_nobody_alive() -> None:
+    sm = GroupStateMachine()
+    gen = stable_pair(sm)
+    join(sm, "", 100, new_id="c")                       # PreparingRebalance, generation still gen
+    assert sm.heartbeat(G, gen - 1, "b", 5_000) == ILLEGAL_GENERATION
+    assert sm.heartbeat(G, gen, "a", 5_000) == REBALANCE_IN_PROGRESS
+    sm.tick(10_100)                                     # b last heard at 40 (its sync): expired anyway
+    assert "b" not in sm.groups[G].members and "a" in sm.groups[G].members

@@ -193,6 +193,23 @@ def test_join_group_v0_takes_the_session_timeout_for_rebalances_and_the_header_c
     assert [(p.name, p.metadata) for p in req.protocols] == [("range", b"m")]
 
 
+@pytest.mark.parametrize(("version", "required"), [(3, False), (4, True), (7, True)])
+def test_join_group_v4_and_later_require_a_known_member_id(version: int, required: bool) -> None:
+    """KIP-394 (Kafka 2.2): from v4 on the client handles MEMBER_ID_REQUIRED, so the broker asks for it."""
+    body = {"group_id": "g", "session_timeout": 6000, "rebalance_timeout": 9000, "member_id": "",
+            "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"m"}]}
+    if version >= 5:
+        body["group_instance_id"] = None
+    if version >= 7:
+        body["reason"] = None
+    d = kw.decode_request(frame(11, version, body))
+    ((_api, req),) = kw.to_pb(d)
+    assert req.require_known_member_id is required
+    resp = kw.from_pb(d, [pb.JoinGroupResponse(error_code=pb.ErrorCode.MEMBER_ID_REQUIRED, generation_id=-1,
+                                               member_id="c-1")])
+    assert (resp.error_code, resp.member_id, resp.generation_id) == (ErrorCode.member_id_required, "c-1", -1)
+
+
 def test_offset_fetch_v1_says_a_group_error_on_every_partition() -> None:
     d = kw.decode_request(frame(9, 1, {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0, 1]}]}))
     resp = kw.from_pb(d, [pb.OffsetFetchResponse(error_code=pb.ErrorCode.NOT_COORDINATOR)])
