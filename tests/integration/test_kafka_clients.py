@@ -37,9 +37,24 @@ def kafka_bootstrap(cluster: Any) -> str:
 
 
 def create(admin: AdminClient, topic: str, partitions: int, rf: int = 3) -> None:
+    """Create ``topic`` and wait until every broker's metadata has all its partitions with a leader,
+    as Kafka's own test harness does (TestUtils.createTopic waits for metadata propagation): a
+    group leader whose broker has not heard of the topic yet assigns nothing at first."""
     for f in admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=rf)],
                                  operation_timeout=20).values():
-        f.result(timeout=30)
+        # 60 s: once (1 in 4 runs of this file) the first create on a just-started cluster took
+        # longer than 30 s through librdkafka (its controller lookup); the broker answers within 20.
+        f.result(timeout=60)
+    brokers = admin.list_topics(timeout=10).brokers.values()
+    for b in brokers:
+        one = AdminClient({"bootstrap.servers": f"{b.host}:{b.port}"})
+
+        def propagated(one: AdminClient = one) -> bool | None:
+            t = one.list_topics(topic, timeout=10).topics.get(topic)
+            return (t is not None and t.error is None and len(t.partitions) == partitions
+                    and all(p.leader >= 0 for p in t.partitions.values())) or None
+
+        wait_for(propagated, timeout_s=30, what=f"{topic}'s metadata on broker {b.id}")
 
 
 def consume_all(bootstrap: str, topic: str, count: int, group: str, timeout_s: float = 60) -> list[Any]:
