@@ -70,6 +70,7 @@ bench: setup
 	@echo "cores: $$(nproc)"
 	$(PY) bench/log_bench.py
 	$(PY) bench/validate_bench.py
+	$(PY) bench/rpc_cost_bench.py
 	$(PY) bench/replication_bench.py --records $(BENCH_RECORDS) --bulk --rate 20000 --rate-linger-ms 0
 	$(PY) bench/consume_bench.py --records $(BENCH_RECORDS)
 	$(PY) bench/spark_read_bench.py

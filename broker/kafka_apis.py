@@ -18,6 +18,13 @@ call ``KafkaApis.handle(api, request, ctx)``, which
 
 So there is exactly one copy of produce, fetch, metadata and admin logic; a
 transport only translates and authenticates.
+
+A gRPC ProduceStream carries many Produce requests in order. For it
+``begin_produce`` does the ordered part of one (its appends, through the replica
+manager's ``append_produce``) and returns a task that finishes it (the acks=all
+wait) under the same ``answer_typed`` and counters: the next request on the
+stream is appended while this one waits for its followers, and the answers go
+back in arrival order.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ class KafkaApis:
         s = server
         rm, admin, groups = s.replica_manager, s.admin, s.group_apis
         self.metrics = s.metrics.requests
+        self._append_produce = rm.append_produce
         # API name (as in metrics and error_response) -> handler of the protobuf request.
         self.handlers: dict[str, Handler] = {
             "Metadata": s.handle_metadata,
@@ -84,11 +92,26 @@ class KafkaApis:
 
     async def handle(self, api: str, request: Any, ctx: RequestContext) -> Any:
         """``request``'s answer from its handler, typed whatever happens, and counted."""
-        m = self.metrics
         if api == "Produce":
-            m.bytes_in.inc(sum(len(p.records) for t in request.topics for p in t.partitions))
+            self.metrics.bytes_in.inc(sum(len(p.records) for t in request.topics for p in t.partitions))
+        return await self._answered(api, request, self.handlers[api](request, ctx), time.perf_counter())
+
+    async def begin_produce(self, request: pb.ProduceRequest, ctx: RequestContext) -> asyncio.Task[pb.ProduceResponse]:
+        """Append ``request``'s batches now (in the caller's order) and return the task that answers
+        it once its acks are in - typed and counted as ``handle`` does."""
+        self.metrics.bytes_in.inc(sum(len(p.records) for t in request.topics for p in t.partitions))
         start = time.perf_counter()
-        resp = await answer_typed(api, self.handlers[api](request, ctx), request)
+        try:
+            finish = await self._append_produce(request, ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # typed by answer_typed below, as handle() would
+            finish = _raising(e)
+        return asyncio.get_running_loop().create_task(self._answered("Produce", request, finish, start))
+
+    async def _answered(self, api: str, request: Any, call: Awaitable[Any], start: float) -> Any:
+        m = self.metrics
+        resp = await answer_typed(api, call, request)
         m.latency.labels(api).observe(time.perf_counter() - start)
         m.requests.labels(api).inc()
         for code in partition_errors(resp):
@@ -96,6 +119,10 @@ class KafkaApis:
         if api in ("Fetch", "FollowerFetch"):
             m.bytes_out.inc(sum(len(p.records) for t in resp.topics for p in t.partitions))
         return resp
+
+
+async def _raising(e: Exception) -> Any:
+    raise e
 
 
 def partition_errors(resp: Any) -> list[int]:

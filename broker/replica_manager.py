@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
@@ -65,6 +66,10 @@ class BrokerSettings:
     queued_max_request_bytes: int = -1
     # The longest a produce or fetch may be parked (request.timeout.ms).
     max_wait_ms: int = 30000
+
+
+async def _answer_now(resp: pb.ProduceResponse) -> pb.ProduceResponse:
+    return resp
 
 
 class ReplicaManager:
@@ -225,6 +230,14 @@ class ReplicaManager:
         return p
 
     async def handle_produce(self, req: pb.ProduceRequest, ctx: RequestContext = LOCAL_CLIENT) -> pb.ProduceResponse:
+        return await (await self.append_produce(req, ctx))
+
+    async def append_produce(self, req: pb.ProduceRequest,
+                             ctx: RequestContext = LOCAL_CLIENT) -> Coroutine[Any, Any, pb.ProduceResponse]:
+        """The part of a Produce that must happen in arrival order: every partition's append. Returns
+        the rest as a coroutine - the acks=all wait, then the answer - which the caller must start
+        at once (await it or make it a task): it releases the request's queued.max.request.bytes.
+        A ProduceStream appends the next request while this one's acks are pending."""
         acks = req.acks
         resp = pb.ProduceResponse()
         entries = [(td.name, pd.partition) for td in req.topics for pd in td.partitions]
@@ -239,7 +252,7 @@ class ReplicaManager:
                     tr.partitions.add(partition=pd.partition, base_offset=-1, log_append_time_ms=-1,
                                       log_start_offset=-1, error_code=E.REQUEST_TIMED_OUT,
                                       error_message="the broker has queued.max.request.bytes in flight")
-            return resp
+            return _answer_now(resp)
         try:
             pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]] = []
             for td in req.topics:
@@ -258,6 +271,15 @@ class ReplicaManager:
                     item = await self._produce_partition(td.name, pd, acks, pr)
                     if item is not None:
                         pending.append(item)
+        except BaseException:
+            await self.produce_bytes.release(nbytes)
+            raise
+        return self._complete_produce(resp, pending, timeout_ms, nbytes)
+
+    async def _complete_produce(self, resp: pb.ProduceResponse,
+                                pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]],
+                                timeout_ms: int, nbytes: int) -> pb.ProduceResponse:
+        try:
             if pending:
                 await self._await_acks(pending, timeout_ms)
         finally:

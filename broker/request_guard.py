@@ -83,7 +83,7 @@ def error_response(api: str, request: Any, code: int) -> Any:
     if api == "Metadata":
         return pb.MetadataResponse(controller_id=-1, topics=[pb.TopicMetadata(name=t, error_code=c)
                                                              for t in request.topics])
-    if api == "Produce":
+    if api in ("Produce", "ProduceStream"):
         return pb.ProduceResponse(topics=[pb.ProduceTopicResponse(name=t.name, partitions=[
             pb.ProducePartitionResponse(partition=p.partition, error_code=c, base_offset=-1, log_append_time_ms=-1,
                                         log_start_offset=-1) for p in t.partitions]) for t in request.topics])

@@ -60,6 +60,10 @@ from proto.zk_data import AclChangesZNode, BrokerRegistration, ConfigChangesZNod
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
+# Unanswered Produce requests one ProduceStream may hold (its appends done, acks pending). The
+# producer keeps at most max_in_flight batches per partition out; several partitions' requests to
+# one broker fit well under this. Memory stays bounded by queued.max.request.bytes either way.
+PRODUCE_STREAM_MAX_IN_FLIGHT = 32
 R = TypeVar("R")
 Q = TypeVar("Q")
 
@@ -576,6 +580,39 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
                 yield error_response(api, request, ctx.code)
                 continue
             yield await self.s.apis.handle(api, request, ctx)
+
+    async def ProduceStream(self, request_iterator: AsyncIterator[pb.ProduceRequest],
+                            context: Any) -> AsyncIterator[pb.ProduceResponse]:
+        """Each request on the stream is a Produce, appended in arrival order and answered in that
+        order; the next one is appended while earlier ones wait for their acks (at most
+        PRODUCE_STREAM_MAX_IN_FLIGHT unanswered: then the stream is not read, and gRPC's flow
+        control holds the producer). The principal is the stream's; every other check is per request."""
+        ctx = await self._authenticate("ProduceStream", context)
+        loop = asyncio.get_running_loop()
+        answers: asyncio.Queue[asyncio.Future[pb.ProduceResponse] | None] = asyncio.Queue()
+        room = asyncio.Semaphore(PRODUCE_STREAM_MAX_IN_FLIGHT)
+
+        async def take_requests() -> None:
+            try:
+                async for request in request_iterator:
+                    await room.acquire()
+                    if isinstance(ctx, errors.KafkaError):
+                        refused: asyncio.Future[pb.ProduceResponse] = loop.create_future()
+                        refused.set_result(error_response("Produce", request, ctx.code))
+                        answers.put_nowait(refused)
+                    else:
+                        answers.put_nowait(await self.s.apis.begin_produce(request, ctx))
+            finally:
+                answers.put_nowait(None)
+
+        reader = loop.create_task(take_requests())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield await answer
+                room.release()
+            await reader  # the client finished writing (or the read failed: raised here)
+        finally:
+            reader.cancel()  # appends already made still get their answers' tasks run to the end
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
         return await self._serve("ListOffsets", request, context)  # type: ignore[no-any-return]

@@ -30,7 +30,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import grpc
@@ -45,6 +45,7 @@ from client.connection import ClusterView, parse_bootstrap, rpc_error
 from client.discovery import default_bootstrap
 from client.futures import BatchResult, BatchSendResult, FutureRecordMetadata, RecordMetadata
 from client.partitioner import StickyPartitioner, partition_for_key
+from client.produce_stream import ProduceStream, is_unimplemented
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
@@ -321,6 +322,10 @@ class Producer:
         asyncio.set_event_loop(self._loop)
         self._wake = asyncio.Event()
         self._channels: dict[str, tuple[grpc.aio.Channel, Any]] = {}
+        # Produce requests go on one ProduceStream per broker (half a unary call's cost);
+        # brokers of an older version, found out by UNIMPLEMENTED, get unary calls.
+        self._produce_streams: dict[str, ProduceStream] = {}
+        self._unary_produce: set[str] = set()
         self._loop.create_task(self._sender())
         self._started.set()
         try:
@@ -460,19 +465,28 @@ class Producer:
         try:
             if address is None:
                 raise errors.LeaderNotAvailableError("leader address unknown")
-            call = self._stub(address).Produce(req, timeout=self.request_timeout_s + 5)
+            stream = None if address in self._unary_produce else self._produce_stream(address)
+            if stream is not None:
+                call: Awaitable[pb.ProduceResponse] = stream.send(req)
+            else:
+                call = self._stub(address).Produce(req, timeout=self.request_timeout_s + 5)
             if self.acks == 0:
                 # acks=0: done once handed to the network; the answer (if any) is ignored.
                 for b in batches:
                     self._finish(b, -1, None)
                 try:
                     await call
-                except grpc.aio.AioRpcError:
+                except (grpc.aio.AioRpcError, ConnectionError):
                     pass
                 return
-            resp = await call
-        except (grpc.aio.AioRpcError, errors.KafkaError) as e:
-            err = e if isinstance(e, errors.KafkaError) else rpc_error(e, address or "?")
+            resp = await self._answer(address, req, call, stream)
+        except (grpc.aio.AioRpcError, errors.KafkaError, ConnectionError) as e:
+            if isinstance(e, errors.KafkaError):
+                err = e
+            elif isinstance(e, grpc.aio.AioRpcError):
+                err = rpc_error(e, address or "?")
+            else:
+                err = errors.NetworkError(f"{address}: {e}")
             for b in batches:
                 self._retry_or_fail(b, err)
             return
@@ -485,6 +499,34 @@ class Producer:
                 self._finish(b, pr.base_offset if self.acks != 0 else -1, None)
             else:
                 self._retry_or_fail(b, errors.for_code(pr.error_code)(pr.error_message))
+
+    def _produce_stream(self, address: str) -> ProduceStream:
+        stream = self._produce_streams.get(address)
+        if stream is None or stream.failed is not None:
+            stream = self._produce_streams[address] = ProduceStream(self._stub(address))
+        return stream
+
+    async def _answer(self, address: str, req: pb.ProduceRequest, call: Awaitable[pb.ProduceResponse],
+                      stream: ProduceStream | None) -> pb.ProduceResponse:
+        """The answer to ``req``, sent on ``stream`` (None: a unary call). Answers on a stream come in
+        order, so one that is late holds up all behind it: the stream is failed (they are retried
+        on a new one). A broker without ProduceStream gets this request again, unary, and every
+        later one."""
+        if stream is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, self.request_timeout_s + 5)
+        except TimeoutError:
+            error = errors.RequestTimedOutError(f"{address}: no answer within request_timeout_ms")
+            stream.fail(error)
+            raise error from None
+        except grpc.aio.AioRpcError as e:
+            if not is_unimplemented(e):
+                raise
+            if address not in self._unary_produce:
+                log.info("broker %s has no ProduceStream (an older version): producing with unary calls", address)
+                self._unary_produce.add(address)
+            return await self._stub(address).Produce(req, timeout=self.request_timeout_s + 5)  # type: ignore[no-any-return]
 
     def _retry_or_fail(self, batch: ProducerBatch, error: errors.KafkaError) -> None:
         now_ms = _now_ms()

@@ -294,6 +294,14 @@ def test_secure_cluster_scram_and_acls(cluster) -> None:  # type: ignore[no-unty
         admin.create_acls([pb.AclBinding(resource_type=pb.AclResourceType.TOPIC_RESOURCE, resource_name="orders",
                                          principal="User:alice", host="*", operation="Write", permission_type="Deny")])
     wait_for(lambda: not _alice_can_write(bootstrap, alice), what="the Deny to reach every broker")
+    # The producer's ProduceStream checks each request as a unary Produce: no way around the ACLs.
+    alice_channel = ChannelSecurity(**alice).channel(c.broker(1).address)
+    streamed = list(pb_grpc.KafkaApiStub(alice_channel).ProduceStream(iter([  # type: ignore[no-untyped-call]
+        pb.ProduceRequest(acks=1, timeout_ms=5000, topics=[pb.ProduceTopicData(name=t, partitions=[
+            pb.ProducePartitionData(partition=0, records=batch_of(["denied"]))])]) for t in ("audit", "orders")]),
+        timeout=10))
+    assert [r.topics[0].partitions[0].error_code for r in streamed] == [E.TOPIC_AUTHORIZATION_FAILED] * 2
+    alice_channel.close()
     # Wrong password, unknown user, no credentials, plaintext: refused.
     for bad in ({**alice, "sasl_plain_password": "wrong"}, {**alice, "sasl_plain_username": "mallory"}):
         with AdminClient(bootstrap, request_timeout_ms=5000, **bad) as a, pytest.raises(errors.KafkaError) as exc:
@@ -303,6 +311,9 @@ def test_secure_cluster_scram_and_acls(cluster) -> None:  # type: ignore[no-unty
     with pytest.raises(grpc.RpcError) as rpc:  # TLS without SCRAM credentials
         pb_grpc.KafkaApiStub(conn_ssl).Metadata(pb.MetadataRequest(all_topics=True), timeout=10)  # type: ignore[no-untyped-call]
     assert rpc.value.code() == grpc.StatusCode.UNAUTHENTICATED and "SASL_AUTHENTICATION_FAILED" in rpc.value.details()
+    with pytest.raises(grpc.RpcError) as rpc:  # the same on a ProduceStream
+        list(pb_grpc.KafkaApiStub(conn_ssl).ProduceStream(iter([pb.ProduceRequest(acks=1)]), timeout=10))  # type: ignore[no-untyped-call]
+    assert rpc.value.code() == grpc.StatusCode.UNAUTHENTICATED
     conn_ssl.close()
 
 

@@ -1,0 +1,143 @@
+"""The producer's ProduceStream: answers matched to requests in order, any failure failing every
+unanswered request (the producer retries them), and unary Produce to a broker without the stream
+(an older version). The gRPC call object is faked: that boundary is gRPC's, not ours."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+
+from client.produce_stream import ProduceStream, ProduceStreamClosed
+from client.producer import Producer
+from proto import minikafka_pb2 as pb
+
+
+class _Call:
+    """A stream-stream call: what is written is answered, in order, by ``answer`` (None: EOF)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.written: list[pb.ProduceRequest] = []
+        self.answers: asyncio.Queue[Any] = asyncio.Queue()
+        self.cancelled = False
+
+    async def write(self, req: pb.ProduceRequest) -> None:
+        self.written.append(req)
+        reply = self.answer(req)
+        if isinstance(reply, BaseException):
+            raise reply
+        if reply is not ...:
+            self.answers.put_nowait(reply)
+
+    async def read(self) -> Any:
+        reply = await self.answers.get()
+        if reply is None:
+            return grpc.aio.EOF
+        return reply
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _Stub:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.calls: list[_Call] = []
+        self.unary = 0
+
+    def ProduceStream(self) -> _Call:
+        self.calls.append(_Call(self.answer))
+        return self.calls[-1]
+
+    async def Produce(self, req: pb.ProduceRequest, timeout: float) -> pb.ProduceResponse:
+        self.unary += 1
+        return pb.ProduceResponse(throttle_time_ms=req.timeout_ms)
+
+
+def _unimplemented() -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(grpc.StatusCode.UNIMPLEMENTED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                "Method not found!")
+
+
+def test_answers_are_matched_to_requests_in_order() -> None:
+    async def run() -> list[int]:
+        stream = ProduceStream(_Stub(lambda req: pb.ProduceResponse(throttle_time_ms=req.timeout_ms)))
+        futures = [stream.send(pb.ProduceRequest(timeout_ms=i)) for i in range(5)]
+        return [(await f).throttle_time_ms for f in futures]
+
+    assert asyncio.run(run()) == [0, 1, 2, 3, 4]
+
+
+def test_the_end_of_the_stream_fails_every_unanswered_request() -> None:
+    async def run() -> tuple[int, list[BaseException | None], bool]:
+        # The broker answers the first request, then ends the stream.
+        stub = _Stub(lambda req: pb.ProduceResponse() if req.timeout_ms == 0 else None if req.timeout_ms == 1 else ...)
+        stream = ProduceStream(stub)
+        futures = [stream.send(pb.ProduceRequest(timeout_ms=i)) for i in range(3)]
+        await asyncio.wait(futures)
+        late = stream.send(pb.ProduceRequest(timeout_ms=9))  # after the failure: fails at once
+        await asyncio.wait([late])
+        return (sum(1 for f in futures if f.exception() is None),
+                [f.exception() for f in [*futures[1:], late]], stub.calls[0].cancelled)
+
+    answered, failures, cancelled = asyncio.run(run())
+    assert answered == 1 and cancelled
+    assert all(isinstance(e, ProduceStreamClosed) for e in failures)
+
+
+def test_an_unexpected_error_reaches_the_senders_as_a_connection_error() -> None:
+    async def run() -> BaseException | None:
+        stream = ProduceStream(_Stub(lambda req: RuntimeError("boom")))
+        fut = stream.send(pb.ProduceRequest())
+        await asyncio.wait([fut])
+        return fut.exception()
+
+    e = asyncio.run(run())
+    assert isinstance(e, ProduceStreamClosed) and "boom" in str(e)
+
+
+def test_a_broker_without_produce_stream_gets_unary_produce_calls() -> None:
+    stub = _Stub(lambda req: _unimplemented())
+    producer = object.__new__(Producer)  # only the transport half is exercised
+    producer._unary_produce = set()
+    producer._produce_streams = {}
+    producer.request_timeout_s = 5.0
+    producer._stub = lambda address: stub  # type: ignore[method-assign]
+
+    async def two_requests() -> list[int]:
+        out = []
+        for i in (7, 8):
+            req = pb.ProduceRequest(timeout_ms=i)
+            stream = None if "b:1" in producer._unary_produce else producer._produce_stream("b:1")
+            call = stream.send(req) if stream is not None else stub.Produce(req, timeout=5)
+            out.append((await producer._answer("b:1", req, call, stream)).throttle_time_ms)
+        return out
+
+    assert asyncio.run(two_requests()) == [7, 8]
+    assert (len(stub.calls), stub.unary) == (1, 2), "the stream is tried once, then unary Produce"
+    assert producer._unary_produce == {"b:1"}
+
+
+def test_a_late_answer_fails_the_stream_so_the_requests_behind_it_are_retried() -> None:
+    stub = _Stub(lambda req: ...)  # never answers
+    producer = object.__new__(Producer)
+    producer._unary_produce = set()
+    producer._produce_streams = {}
+    producer.request_timeout_s = -4.95  # the wait is request_timeout_s + 5: 50 ms
+    producer._stub = lambda address: stub  # type: ignore[method-assign]
+
+    async def run() -> BaseException | None:
+        stream = producer._produce_stream("b:1")
+        first = stream.send(pb.ProduceRequest(timeout_ms=1))
+        behind = stream.send(pb.ProduceRequest(timeout_ms=2))
+        with pytest.raises(Exception) as exc:
+            await producer._answer("b:1", pb.ProduceRequest(), first, stream)
+        assert "request_timeout_ms" in str(exc.value)
+        await asyncio.wait([behind])
+        assert producer._produce_stream("b:1") is not stream, "a new stream for what comes next"
+        return behind.exception()
+
+    assert asyncio.run(run()) is not None
