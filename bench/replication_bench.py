@@ -237,15 +237,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--records", type=int, default=400_000)
     ap.add_argument("--warmup", type=int, default=20_000)
     ap.add_argument("--partitions", type=int, default=6)
-    ap.add_argument("--batch-size", type=int, default=65536)
+    ap.add_argument("--batch-size", type=int, default=1_000_000,
+                    help="the producer's batch_size (Kafka's default: 16384; a throughput run wants large batches: "
+                         "every request costs the brokers the same few hundred us of gRPC, whatever it carries)")
     ap.add_argument("--linger-ms", type=int, default=2, help="the producer's linger_ms (Kafka 2.x default: 0)")
     ap.add_argument("--rate", type=int, default=0,
                     help="also measure latency at this offered load (records/s), e.g. 20000 (0: skip)")
     ap.add_argument("--rate-linger-ms", type=int, default=None,
                     help="the producer's linger_ms in the --rate runs (default: --linger-ms)")
     ap.add_argument("--bulk", action="store_true", help="also RF=3 acks=all through send_batch (1000 values/call)")
-    ap.add_argument("--buffer-memory", type=int, default=262_144,
-                    help="bytes the producer may hold unacknowledged (back-pressure, bounds latency)")
+    ap.add_argument("--buffer-memory", type=int, default=8_388_608,
+                    help="bytes the producer may hold unacknowledged (Kafka's default: 32 MiB; bounds latency at "
+                         "full speed, and must hold several batches per broker to keep each one busy)")
     ap.add_argument("--throughput", type=int, default=-1, help="records/s to offer (-1: as fast as possible)")
     ap.add_argument("--tls", action="store_true", help="also RF=3 acks=all with clients on TLS + SCRAM (--secure)")
     ap.add_argument("--no-librdkafka", action="store_true",
