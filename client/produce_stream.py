@@ -87,6 +87,16 @@ class ProduceStream:
             if not fut.done():
                 fut.set_exception(self.failed)
 
+    async def close(self, timeout_s: float = 2.0) -> None:
+        """Cancel the call and wait (bounded) for its pending read and write to end through this
+        loop, so no event of the call reaches the loop after the producer closed it."""
+        if self.failed is None:
+            self.failed = ProduceStreamClosed("the producer closed")
+            self._call.cancel()  # the pending read ends (cancelled) as gRPC delivers the cancellation
+            self._tasks[0].cancel()  # the writer: idle on its queue, or a write the cancel just failed
+            await asyncio.wait(self._tasks, timeout=timeout_s)
+        self.fail(self.failed)
+
     async def _write_all(self) -> None:
         try:
             while True:

@@ -62,6 +62,10 @@ __all__ = ["RECORD_OVERHEAD_ESTIMATE", "BatchResult", "BatchSendResult", "Future
 _BatchResult = BatchResult
 
 
+# How long a closing producer's loop keeps running for gRPC's last events (see _run_loop).
+GRPC_LATE_EVENTS_S = 0.02
+
+
 def _now_ms() -> float:
     return time.monotonic() * 1000.0
 
@@ -336,9 +340,18 @@ class Producer:
         finally:
             for ch, _stub in self._channels.values():
                 self._loop.run_until_complete(ch.close())
+            # gRPC hands a cancelled call's last events to this loop a moment after the cancel; a
+            # loop closed before they arrive makes gRPC's shared poller fail on it (and on the
+            # events of other producers' loops it was handling at the time).
+            self._loop.run_until_complete(asyncio.sleep(GRPC_LATE_EVENTS_S))
             self._loop.close()
 
     async def _stop_loop(self) -> None:
+        # The streams first, while their tasks still run: each has a read pending in gRPC, which
+        # must finish through this loop - left to the channel's close, it would finish after the
+        # loop closed (gRPC's poller then fails on the closed loop, and may hold other events).
+        for stream in list(self._produce_streams.values()):
+            await stream.close()
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for t in tasks:
             t.cancel()

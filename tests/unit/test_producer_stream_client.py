@@ -36,10 +36,16 @@ class _Call:
         reply = await self.answers.get()
         if reply is None:
             return grpc.aio.EOF
+        if reply is _CANCELLED:
+            raise asyncio.CancelledError  # as grpc.aio's read() after a local cancel
         return reply
 
     def cancel(self) -> None:
         self.cancelled = True
+        self.answers.put_nowait(_CANCELLED)
+
+
+_CANCELLED = object()
 
 
 class _Stub:
@@ -141,3 +147,16 @@ def test_a_late_answer_fails_the_stream_so_the_requests_behind_it_are_retried() 
         return behind.exception()
 
     assert asyncio.run(run()) is not None
+
+
+def test_close_waits_for_the_pending_read_and_fails_what_is_unanswered() -> None:
+    async def run() -> tuple[bool, BaseException | None, list[bool]]:
+        stub = _Stub(lambda req: ...)  # never answers
+        stream = ProduceStream(stub)
+        fut = stream.send(pb.ProduceRequest())
+        await asyncio.sleep(0)
+        await asyncio.wait_for(stream.close(), 1.0)  # not its 2 s bound: the read ended at the cancel
+        return stub.calls[0].cancelled, fut.exception(), [t.done() for t in stream._tasks]
+
+    cancelled, error, tasks_done = asyncio.run(run())
+    assert cancelled and isinstance(error, ProduceStreamClosed) and all(tasks_done)
