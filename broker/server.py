@@ -540,6 +540,10 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
     def __init__(self, server: KafkaServer, role: ListenerRole) -> None:
         self.s = server
         self.role = role
+        # A ProduceStream holds one of the listener's queued.max.requests concurrent calls for as
+        # long as its producer lives: at most half of them, so unary calls always find room.
+        self.open_produce_streams = 0
+        self.max_produce_streams = max(1, server.config.queued_max_requests // 2)
 
     async def _authenticate(self, api: str, context: Any) -> RequestContext | errors.KafkaError:
         try:
@@ -588,6 +592,20 @@ class KafkaApiServicer(pb_grpc.KafkaApiServicer):
         PRODUCE_STREAM_MAX_IN_FLIGHT unanswered: then the stream is not read, and gRPC's flow
         control holds the producer). The principal is the stream's; every other check is per request."""
         ctx = await self._authenticate("ProduceStream", context)
+        if self.open_produce_streams >= self.max_produce_streams:
+            # As a broker at max.connections: refused at once; the producer sends unary calls instead.
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"{self.open_produce_streams} ProduceStreams open on this listener (the most "
+                                f"queued.max.requests={self.s.config.queued_max_requests} allows): use unary Produce")
+        self.open_produce_streams += 1
+        try:
+            async for answer in self._produce_stream(request_iterator, ctx):
+                yield answer
+        finally:
+            self.open_produce_streams -= 1
+
+    async def _produce_stream(self, request_iterator: AsyncIterator[pb.ProduceRequest],
+                              ctx: RequestContext | errors.KafkaError) -> AsyncIterator[pb.ProduceResponse]:
         loop = asyncio.get_running_loop()
         answers: asyncio.Queue[asyncio.Future[pb.ProduceResponse] | None] = asyncio.Queue()
         room = asyncio.Semaphore(PRODUCE_STREAM_MAX_IN_FLIGHT)

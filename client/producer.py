@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable, Sequence
@@ -64,6 +65,8 @@ _BatchResult = BatchResult
 
 # How long a closing producer's loop keeps running for gRPC's last events (see _run_loop).
 GRPC_LATE_EVENTS_S = 0.02
+# How long a broker that refused a ProduceStream (no room) gets unary Produce calls before another try.
+STREAM_RETRY_AFTER_S = 60
 
 
 def _now_ms() -> float:
@@ -332,7 +335,9 @@ class Producer:
         # Produce requests go on one ProduceStream per broker (half a unary call's cost);
         # brokers of an older version, found out by UNIMPLEMENTED, get unary calls.
         self._produce_streams: dict[str, ProduceStream] = {}
-        self._unary_produce: set[str] = set()
+        # address -> until when (monotonic s) it gets unary calls: for ever for a broker without
+        # ProduceStream, STREAM_RETRY_AFTER_S for one with no room for another stream.
+        self._unary_produce: dict[str, float] = {}
         self._loop.create_task(self._sender())
         self._started.set()
         try:
@@ -481,7 +486,7 @@ class Producer:
         try:
             if address is None:
                 raise errors.LeaderNotAvailableError("leader address unknown")
-            stream = None if address in self._unary_produce else self._produce_stream(address)
+            stream = self._produce_stream(address) if self._streams_to(address) else None
             if stream is not None:
                 call: Awaitable[pb.ProduceResponse] = stream.send(req)
             else:
@@ -537,12 +542,27 @@ class Producer:
             stream.fail(error)
             raise error from None
         except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and address not in self._unary_produce:
+                # No room for another stream there (or a message too large): unary calls for a
+                # while; this request is retried as after any failed call.
+                log.info("broker %s: %s; producing with unary calls for %d s", address, e.details(),
+                         STREAM_RETRY_AFTER_S)
+                self._unary_produce[address] = time.monotonic() + STREAM_RETRY_AFTER_S
             if not is_unimplemented(e):
                 raise
-            if address not in self._unary_produce:
+            if self._unary_produce.get(address) != math.inf:
                 log.info("broker %s has no ProduceStream (an older version): producing with unary calls", address)
-                self._unary_produce.add(address)
+                self._unary_produce[address] = math.inf
             return await self._stub(address).Produce(req, timeout=self.request_timeout_s + 5)  # type: ignore[no-any-return]
+
+    def _streams_to(self, address: str) -> bool:
+        until = self._unary_produce.get(address)
+        if until is None:
+            return True
+        if time.monotonic() < until:
+            return False
+        del self._unary_produce[address]
+        return True
 
     def _retry_or_fail(self, batch: ProducerBatch, error: errors.KafkaError) -> None:
         now_ms = _now_ms()

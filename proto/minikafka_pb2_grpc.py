@@ -223,7 +223,9 @@ class KafkaApiServicer:
         connection the next request's append does not wait for the previous one's acks=all answer,
         so a pipelining producer keeps its in-flight requests. Each request is checked exactly as a
         unary Produce; the principal is the stream's. A message on an open stream costs the broker
-        150 us of CPU here against 340 us for a unary call (bench/rpc_cost_bench.py).
+        150 us of CPU here against 340 us for a unary call (bench/rpc_cost_bench.py). A listener holds
+        at most queued.max.requests / 2 streams (more: RESOURCE_EXHAUSTED, and the producer sends
+        unary calls for a while), so unary calls always find room.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

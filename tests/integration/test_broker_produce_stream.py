@@ -8,9 +8,11 @@ import queue
 import threading
 from collections.abc import Iterator
 
+import grpc
 import pytest
 from helpers import E, batch_of, create_topic, isr_of, leader_of, wait_for
 
+from client.producer import Producer
 from proto import minikafka_pb2 as pb
 from proto.record_batch import decode_batch, iter_headers
 
@@ -72,3 +74,39 @@ def test_produce_stream_appends_in_order_without_waiting_for_earlier_acks(cluste
     assert first.error_code == E.REQUEST_TIMED_OUT and first.base_offset == 0
     assert second.error_code == E.NONE and second.base_offset == 2
     assert third.error_code == E.UNKNOWN_TOPIC_OR_PARTITION  # checked as a unary Produce
+
+
+def test_produce_streams_take_at_most_half_the_listeners_calls_and_producers_fall_back(cluster) -> None:  # type: ignore[no-untyped-def]
+    # queued.max.requests=4: at most 2 ProduceStreams, so unary calls always find room (S13: bounded).
+    c = cluster.start(1, queued_max_requests="4")
+    view = cluster.view()
+    assert create_topic(view, "crowded", partitions=1, replication_factor=1).error_code == E.NONE
+    wait_for(lambda: leader_of(view, "crowded", 0)[0] >= 0, what="crowded led")
+    conn, _ = view.leader_connection("crowded", 0)
+    held: list[queue.Queue[pb.ProduceRequest | None]] = []
+    threads = []
+    for _ in range(2):  # two producers' streams, held open
+        q: queue.Queue[pb.ProduceRequest | None] = queue.Queue()
+        q.put(_request("crowded", ["held"], acks=1))
+        held.append(q)
+        answers = conn.api.ProduceStream(iter(q.get, None), timeout=60)
+        threads.append(threading.Thread(target=lambda a=answers: list(a)))
+        threads[-1].start()
+    try:
+        wait_for(lambda: len(_leader_log(conn, "crowded")) == 2, what="both held streams answered once")
+        with pytest.raises(grpc.RpcError) as refused:
+            list(conn.api.ProduceStream(iter([_request("crowded", ["third"], acks=1)]), timeout=10))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "ProduceStreams open" in refused.value.details()
+        # A unary Produce finds room, and the project's producer falls back to it.
+        assert conn.api.Produce(_request("crowded", ["unary"], acks=1), timeout=10).topics[0].partitions[0] \
+            .error_code == E.NONE
+        with Producer(c.state.bootstrap_servers, acks=1, enable_idempotence=False, request_timeout_ms=5000,
+                      retry_backoff_ms=50) as p:
+            assert p.send("crowded", b"fell-back").result(timeout=30).offset == 3
+    finally:
+        for q in held:
+            q.put(None)
+        for t in threads:
+            t.join(30)
+    assert _leader_log(conn, "crowded") == ["held", "held", "unary", "fell-back"]

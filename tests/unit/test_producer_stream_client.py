@@ -5,6 +5,8 @@ unanswered request (the producer retries them), and unary Produce to a broker wi
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from typing import Any
 
 import grpc
@@ -108,7 +110,7 @@ def test_an_unexpected_error_reaches_the_senders_as_a_connection_error() -> None
 def test_a_broker_without_produce_stream_gets_unary_produce_calls() -> None:
     stub = _Stub(lambda req: _unimplemented())
     producer = object.__new__(Producer)  # only the transport half is exercised
-    producer._unary_produce = set()
+    producer._unary_produce = {}
     producer._produce_streams = {}
     producer.request_timeout_s = 5.0
     producer._stub = lambda address: stub  # type: ignore[method-assign]
@@ -117,20 +119,20 @@ def test_a_broker_without_produce_stream_gets_unary_produce_calls() -> None:
         out = []
         for i in (7, 8):
             req = pb.ProduceRequest(timeout_ms=i)
-            stream = None if "b:1" in producer._unary_produce else producer._produce_stream("b:1")
+            stream = producer._produce_stream("b:1") if producer._streams_to("b:1") else None
             call = stream.send(req) if stream is not None else stub.Produce(req, timeout=5)
             out.append((await producer._answer("b:1", req, call, stream)).throttle_time_ms)
         return out
 
     assert asyncio.run(two_requests()) == [7, 8]
     assert (len(stub.calls), stub.unary) == (1, 2), "the stream is tried once, then unary Produce"
-    assert producer._unary_produce == {"b:1"}
+    assert producer._unary_produce == {"b:1": math.inf}
 
 
 def test_a_late_answer_fails_the_stream_so_the_requests_behind_it_are_retried() -> None:
     stub = _Stub(lambda req: ...)  # never answers
     producer = object.__new__(Producer)
-    producer._unary_produce = set()
+    producer._unary_produce = {}
     producer._produce_streams = {}
     producer.request_timeout_s = -4.95  # the wait is request_timeout_s + 5: 50 ms
     producer._stub = lambda address: stub  # type: ignore[method-assign]
@@ -160,3 +162,26 @@ def test_close_waits_for_the_pending_read_and_fails_what_is_unanswered() -> None
 
     cancelled, error, tasks_done = asyncio.run(run())
     assert cancelled and isinstance(error, ProduceStreamClosed) and all(tasks_done)
+
+
+def test_a_broker_without_room_for_a_stream_gets_unary_calls_for_a_while() -> None:
+    refused = grpc.aio.AioRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                   "2 ProduceStreams open on this listener")
+    stub = _Stub(lambda req: refused)
+    producer = object.__new__(Producer)
+    producer._unary_produce = {}
+    producer._produce_streams = {}
+    producer.request_timeout_s = 5.0
+    producer._stub = lambda address: stub  # type: ignore[method-assign]
+
+    async def run() -> None:
+        stream = producer._produce_stream("b:1")
+        req = pb.ProduceRequest()
+        with pytest.raises(grpc.aio.AioRpcError):  # retried by the caller, as after any failed call
+            await producer._answer("b:1", req, stream.send(req), stream)
+        assert not producer._streams_to("b:1"), "unary calls for a while"
+        producer._unary_produce["b:1"] = time.monotonic() - 1  # ... which passes
+        assert producer._streams_to("b:1") and "b:1" not in producer._unary_produce
+
+    asyncio.run(run())
+    assert stub.unary == 0, "nothing resent inline: the stream may have appended part of it"
