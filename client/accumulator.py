@@ -51,12 +51,13 @@ a batch to retry: it goes back to the front of its queue in sequence order, afte
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from client.futures import BatchResult, FutureRecordMetadata
-from proto.record_batch import Header, build_batch, encode_record_body, encode_records
+from proto.record_batch import Header, RecordsBuilder, build_batch, encode_records
 
 # Bytes a record costs beyond its key and value, for batch_size / buffer_memory estimates.
 RECORD_OVERHEAD_ESTIMATE = 16
@@ -68,40 +69,34 @@ IDLE_DRAIN_MS = 1000.0
 
 
 class ProducerBatch:
-    """One partition's batch: records encoded at append, framed once when first sent."""
+    """One partition's batch: records encoded at append (into ``records``, a RecordsBuilder), framed
+    once when first sent."""
 
     __slots__ = (
         "attempts",
-        "base_ts",
         "buffered",
-        "count",
         "created",
         "deadline",
         "in_flight",
-        "max_ts",
         "partition",
-        "parts",
         "payload",
         "producer_epoch",
         "producer_id",
+        "records",
         "result",
         "retry_at",
         "sealed",
         "sequence",
-        "size",
         "topic",
     )
 
     def __init__(self, topic: str, partition: int, now: float, deadline: float) -> None:
         self.topic = topic
         self.partition = partition
-        self.parts: list[bytes] = []
-        self.count = 0
-        self.size = BATCH_OVERHEAD
-        self.base_ts = -1
-        self.max_ts = -1
-        self.created = now
         self.result = BatchResult(topic, partition)
+        # The records section, grown in place; count, size (header included), base_ts, max_ts.
+        self.records = RecordsBuilder(BATCH_OVERHEAD, FutureRecordMetadata, self.result)
+        self.created = now
         self.attempts = 0
         self.in_flight = False
         # Full as far as appends go (the sticky partitioner left it for another partition): ready now.
@@ -116,30 +111,37 @@ class ProducerBatch:
         self.deadline = deadline
         self.buffered = 0
 
+    @property
+    def count(self) -> int:
+        count: int = self.records.count
+        return count
+
+    @property
+    def size(self) -> int:
+        """Estimated bytes of the framed batch (header + records section, before compression)."""
+        size: int = self.records.size
+        return size
+
+    @property
+    def base_ts(self) -> int:
+        base_ts: int = self.records.base_ts
+        return base_ts
+
+    @property
+    def max_ts(self) -> int:
+        max_ts: int = self.records.max_ts
+        return max_ts
+
     def append(self, key: bytes | None, value: bytes | None, headers: Sequence[Header],
                ts: int) -> FutureRecordMetadata:
-        count = self.count
-        if count == 0:
-            self.base_ts = ts
-        if ts > self.max_ts:
-            self.max_ts = ts
-        body = encode_record_body(count, ts - self.base_ts, key, value, headers)
-        self.parts.append(body)
-        self.size += len(body)
-        self.count = count + 1
-        return FutureRecordMetadata(self.result, count, ts)
+        """Add one record whatever the batch's size (RecordAccumulator.append checks the size)."""
+        fut: FutureRecordMetadata = self.records.try_append(key, value, headers, ts, 0, sys.maxsize)
+        return fut
 
     def append_section(self, section: bytes, count: int, ts: int) -> int:
         """Add ``count`` records already encoded (by ``encode_records``, offset deltas starting at the
         value returned, timestamp delta ``ts - base_ts``); returns that first offset delta."""
-        first = self.count
-        if first == 0:
-            self.base_ts = ts
-        if ts > self.max_ts:
-            self.max_ts = ts
-        self.parts.append(section)
-        self.size += len(section)
-        self.count += count
+        first: int = self.records.append_section(section, count, ts)
         return first
 
     def close(self, codec: int, producer_id: int, producer_epoch: int) -> bytes:
@@ -147,11 +149,22 @@ class ProducerBatch:
         if self.sequence >= 0:
             producer_id, producer_epoch = self.producer_id, self.producer_epoch
         if self.payload is None:
-            self.payload = build_batch(b"".join(self.parts), record_count=self.count, base_timestamp=self.base_ts,
-                                       max_timestamp=self.max_ts, compression=codec, producer_id=producer_id,
+            records = self.records
+            self.payload = build_batch(records.getvalue(), record_count=records.count, base_timestamp=records.base_ts,
+                                       max_timestamp=records.max_ts, compression=codec, producer_id=producer_id,
                                        producer_epoch=producer_epoch, base_sequence=self.sequence)
-            self.parts = []
+            # The section is in the payload now: keep the counters, drop the bytes.
+            self.records = _Framed(records.count, records.size, records.base_ts, records.max_ts)
         return self.payload
+
+
+class _Framed:
+    """What stays of a framed batch's RecordsBuilder: its counters (read by drain and completion)."""
+
+    __slots__ = ("base_ts", "count", "max_ts", "size")
+
+    def __init__(self, count: int, size: int, base_ts: int, max_ts: int) -> None:
+        self.count, self.size, self.base_ts, self.max_ts = count, size, base_ts, max_ts
 
 
 class PartitionQueue:
@@ -260,9 +273,10 @@ class RecordAccumulator:
         return True
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
-               headers: Sequence[Header], ts: int, estimate: int, now_ms: float,
+               headers: Sequence[Header], ts: float, estimate: int, now_ms: float,
                abort_if_full: bool = False) -> tuple[FutureRecordMetadata | None, bool]:
-        """Add one record; returns its future and whether to wake the sender.
+        """Add one record (``ts``: its timestamp in ms; a float is floored); returns its future and
+        whether to wake the sender.
 
         With ``abort_if_full`` nothing is added when the partition's open batch has no room: that
         batch is sealed (ready to go) and ``(None, wake)`` returned, so the sticky partitioner moves
@@ -279,24 +293,16 @@ class RecordAccumulator:
         new = False
         if batch is None or batch.payload is not None or batch.sealed or batch.attempts:
             batch, new = self._new_batch(pq, topic, partition, now_ms), True
-        elif batch.count and batch.size + estimate > batch_size:
+        fut = batch.records.try_append(key, value, headers, ts, estimate, batch_size)
+        if fut is None:  # the open batch has no room for this record (it holds at least one)
             if abort_if_full:
                 batch.sealed = True
                 return None, self._wakes(pq, now_ms)
             batch, new = self._new_batch(pq, topic, partition, now_ms), True
-        count = batch.count
-        if count == 0:
-            batch.base_ts = ts
-        if ts > batch.max_ts:
-            batch.max_ts = ts
-        body = encode_record_body(count, ts - batch.base_ts, key, value, headers)
-        batch.parts.append(body)
-        size = batch.size = batch.size + len(body)
-        batch.count = count + 1
+            fut = batch.records.try_append(key, value, headers, ts, estimate, batch_size)  # empty: always fits
         batch.buffered += estimate
         self.buffered += estimate
-        fut = FutureRecordMetadata(batch.result, count, ts)
-        if new or size >= batch_size:
+        if new or batch.records.size >= batch_size:
             return fut, self._wakes(pq, now_ms)
         return fut, False
 

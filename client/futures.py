@@ -16,6 +16,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
+from proto.record_batch import RecordFuture
+
 log = logging.getLogger("client.producer")
 
 
@@ -65,20 +67,23 @@ def _call(fn: Callable[[Any], object], arg: Any) -> None:
     fn(arg)
 
 
-class FutureRecordMetadata(concurrent.futures.Future):  # type: ignore[type-arg]
+class FutureRecordMetadata(RecordFuture, concurrent.futures.Future):  # type: ignore[misc, type-arg]
     """A ``concurrent.futures.Future`` for one record, resolved with its batch.
 
     ``Future.__init__`` builds a Condition and a Lock per future; at hundreds of
     thousands of records per second that dominates the producer, so the records
     of a batch share the batch's condition instead. The methods (and the private
     attributes ``concurrent.futures.wait`` / ``as_completed`` use) map onto it.
+
+    ``FutureRecordMetadata(result, relative_offset, timestamp)``: the fields ``_mk_result``,
+    ``_mk_rel`` and ``_mk_ts`` live in ``RecordFuture`` (compiled, proto/_codec.c, so that the
+    producer's RecordsBuilder creates a record's future without running Python; deliberately
+    no ``Future.__init__``, see above).
     """
 
-    def __init__(self, result: BatchResult, relative_offset: int, timestamp: int) -> None:
-        # Deliberately no super().__init__(): see the class docstring.
-        self._mk_result = result
-        self._mk_rel = relative_offset
-        self._mk_ts = timestamp
+    _mk_result: BatchResult
+    _mk_rel: int
+    _mk_ts: int
 
     # The attributes concurrent.futures.wait() and as_completed() read.
     @property

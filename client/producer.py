@@ -73,6 +73,11 @@ def _now_ms() -> float:
     return time.monotonic() * 1000.0
 
 
+def wall_clock_offset_ms() -> float:
+    """Wall-clock ms minus monotonic ms now: monotonic ms + this = the wall clock's ms."""
+    return time.time() * 1000.0 - time.monotonic() * 1000.0
+
+
 # ------------------------------------------------------------------ the producer
 
 
@@ -120,6 +125,7 @@ class Producer:
             delivery_timeout_ms=float(delivery_timeout_ms), max_in_flight=self.max_in_flight,
             idempotent=enable_idempotence, retries=retries))
         self._sticky = StickyPartitioner()
+        self._wall_offset_ms = wall_clock_offset_ms()  # see send(); refreshed by the sender
         self._view = ClusterView(self.bootstrap, timeout_s=self.request_timeout_s, security=self.security)
         self._view_lock = threading.Lock()
         self._partition_counts: dict[str, int] = {}
@@ -164,12 +170,11 @@ class Producer:
             raise errors.KafkaError("the producer is closed")
         if self._fatal is not None:
             raise self._fatal
-        # isinstance with a tuple, not a union: measurably cheaper per record on Python 3.11.
-        if value is not None and not isinstance(value, (bytes, bytearray)):
+        # type() first, then isinstance with a tuple (not a union): each measurably cheaper per record.
+        if value is not None and type(value) is not bytes and not isinstance(value, (bytes, bytearray)):
             raise TypeError("value must be bytes (serialize it first)")
         if key is not None and not isinstance(key, (bytes, bytearray)):
             raise TypeError("key must be bytes (serialize it first)")
-        ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
         hdrs: Sequence[Header] = () if not headers else [h if isinstance(h, Header) else Header(h[0], h[1])
                                                          for h in headers]
         num = self._partition_counts.get(topic) or self._wait_for_partitions(topic)
@@ -178,21 +183,33 @@ class Producer:
             if key is not None:
                 partition = partition_for_key(bytes(key), num)
             else:
-                partition = self._sticky.partition(topic, num)
+                partition = self._sticky.current.get(topic, num)  # num: none yet
+                if partition >= num:
+                    partition = self._sticky.partition(topic, num)
                 sticky = True
         elif not 0 <= partition < num:
             raise errors.UnknownTopicOrPartitionError(f"{topic} has partitions 0..{num - 1}, not {partition}")
         estimate = (len(value) if value else 0) + (len(key) if key else 0) + RECORD_OVERHEAD_ESTIMATE
         acc = self._accumulator
-        with self._lock:  # the one lock round trip per record
+        lock = self._lock
+        lock.acquire()  # the one lock round trip per record (acquire/release: half a with's cost)
+        try:
             if acc.buffered + estimate > self.buffer_memory and acc.buffered:
                 self._wait_for_buffer(estimate)
             now_ms = time.monotonic() * 1000.0
+            # The record's CreateTime from the monotonic clock and the wall clock's offset, which the
+            # sender re-reads on every drain (at least once a second): one clock read per record
+            # instead of two (time.time() costs 2.5x time.monotonic() on this VM); a step of the
+            # wall clock shows in timestamps within a second, as it would in a linger. A float:
+            # the RecordsBuilder truncates it to whole ms (no int() call per record).
+            ts = timestamp_ms if timestamp_ms is not None else now_ms + self._wall_offset_ms
             fut, wake = acc.append(topic, partition, key, value, hdrs, ts, estimate, now_ms, sticky)
             if fut is None:  # the sticky partition's batch is full (and now sealed): start one elsewhere
                 partition = self._sticky.on_new_batch(topic, num, partition)
                 fut, wake_new = acc.append(topic, partition, key, value, hdrs, ts, estimate, now_ms)
                 wake = wake or wake_new
+        finally:
+            lock.release()
         if wake:
             self._wakeup()
         assert fut is not None
@@ -440,6 +457,7 @@ class Producer:
     def _drain_and_send(self) -> float:
         """Take what is ready, send it; returns how long (s) to sleep before draining again."""
         now_ms = _now_ms()
+        self._wall_offset_ms = wall_clock_offset_ms()  # send()'s timestamps follow the wall clock
         with self._lock:
             drained = self._accumulator.drain(now_ms, self._leader_of)
         for batch in drained.expired:

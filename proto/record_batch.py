@@ -35,11 +35,12 @@ header: key length varint, key (UTF-8), value length varint (-1 = null), value.
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import struct
 import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -768,6 +769,77 @@ def _encode_records_py(values: Sequence[bytes | None], keys: Sequence[bytes | No
 # Compiled when proto/_codec.c is built (one C call per record, or per batch for encode_records),
 # else the pure-Python twins; both produce identical bytes (tests/unit/test_record_encode.py).
 encode_record_body = _codec.encode_record if _codec is not None else _encode_record_body_py
+
+
+class _RecordFuturePy:
+    """The pure-Python twin of proto/_codec.c's ``RecordFuture``: the base of the producer's record
+    future (``client.futures.FutureRecordMetadata``): the batch's shared result, the record's offset
+    delta in the batch and its timestamp."""
+
+    __slots__ = ("_mk_rel", "_mk_result", "_mk_ts")
+
+    def __init__(self, result: Any, relative_offset: int, timestamp: int) -> None:
+        self._mk_result = result
+        self._mk_rel = relative_offset
+        self._mk_ts = timestamp
+
+
+RecordFuture: Any = _codec.RecordFuture if _codec is not None else _RecordFuturePy
+
+
+class _RecordsBuilderPy:
+    """The pure-Python twin of proto/_codec.c's ``RecordsBuilder``: one open batch's records section.
+
+    ``try_append`` encodes a record onto the section and returns ``factory(result, offset_delta,
+    timestamp)`` (the record's future; a float timestamp is floored to whole ms), or None - adding nothing - when the builder already holds a
+    record and ``size + estimate > limit``. ``size`` is ``overhead`` plus the section's length.
+    """
+
+    __slots__ = ("_factory", "_overhead", "_parts", "_result", "base_ts", "count", "max_ts", "size")
+
+    def __init__(self, overhead: int, factory: Callable[[Any, int, int], Any], result: Any) -> None:
+        self._overhead = overhead
+        self._factory = factory
+        self._result = result
+        self._parts: list[bytes] = []
+        self.size = overhead
+        self.count = 0
+        self.base_ts = -1
+        self.max_ts = -1
+
+    def try_append(self, key: bytes | None, value: bytes | None, headers: Sequence[Header] | None,
+                   timestamp: int | float, estimate: int, limit: int) -> Any:
+        timestamp = math.floor(timestamp)  # ms; a float (the producer's CreateTime) is truncated
+        count = self.count
+        if count and self.size + estimate > limit:
+            return None
+        base = timestamp if count == 0 else self.base_ts
+        body = _encode_record_body_py(count, timestamp - base, key, value, headers or ())
+        self._parts.append(body)
+        self.size += len(body)
+        self.base_ts = base
+        if timestamp > self.max_ts:
+            self.max_ts = timestamp
+        self.count = count + 1
+        return self._factory(self._result, count, timestamp)
+
+    def append_section(self, section: bytes, count: int, timestamp: int) -> int:
+        first = self.count
+        if first == 0:
+            self.base_ts = timestamp
+        if timestamp > self.max_ts:
+            self.max_ts = timestamp
+        self._parts.append(bytes(section))
+        self.size += len(section)
+        self.count = first + count
+        return first
+
+    def getvalue(self) -> bytes:
+        return b"".join(self._parts)
+
+
+# An open batch's records, appended in place (compiled: one C call per record, future included).
+RecordsBuilder: Any = _codec.RecordsBuilder if _codec is not None else _RecordsBuilderPy
 
 
 def encode_records(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,

@@ -4,13 +4,18 @@ and the batch-shared futures behaving as concurrent.futures.Future."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import random
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
 from client.partitioner import StickyPartitioner, murmur2, partition_for_key
 from client.producer import FutureRecordMetadata, ProducerBatch, RecordMetadata
+from proto import record_batch as rb
 
 # Kafka's UtilsTest.testMurmur2 vectors.
 KAFKA_MURMUR2 = {
@@ -68,3 +73,24 @@ def test_a_failed_batch_fails_every_record() -> None:
         assert isinstance(f.exception(), RuntimeError)
         with pytest.raises(RuntimeError):
             f.result()
+
+
+def test_batches_use_the_compiled_builder_unless_told_not_to() -> None:
+    records = ProducerBatch("t", 0, now=0.0, deadline=1e9).records
+    pure = os.environ.get("MINIKAFKA_PURE_PYTHON") or not rb.COMPILED
+    assert isinstance(records, rb._RecordsBuilderPy) == bool(pure)
+    assert isinstance(FutureRecordMetadata(None, 0, 0), rb._RecordFuturePy) == bool(pure)
+
+
+def test_the_producer_core_passes_on_the_pure_python_codec() -> None:
+    """The fallback is the same producer: this file and the accumulator's tests again with proto._codec
+    disabled (MINIKAFKA_PURE_PYTHON), so batches use _RecordsBuilderPy and futures _RecordFuturePy."""
+    if os.environ.get("MINIKAFKA_PURE_PYTHON"):
+        pytest.skip("already running on the pure-Python codec")
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                          "tests/unit/test_producer_core.py", "tests/unit/test_accumulator.py"],
+                         env={**os.environ, "MINIKAFKA_PURE_PYTHON": "1"}, cwd=root, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout

@@ -80,3 +80,67 @@ def test_bulk_section_round_trips(values: list[bytes | None], with_keys: bool, t
     assert [r.value for r in records] == values
     assert [r.key for r in records] == (keys or [None] * len(values))
     assert {r.timestamp for r in records} == {5 + ts}
+
+
+# ------------------------------------------------------------------ RecordsBuilder (the producer's open batch)
+
+# One step on a builder: a record (key, value, headers, timestamp, estimate) or an encoded section.
+STEP = st.one_of(
+    st.tuples(st.just("record"), FIELD, FIELD, HEADERS,
+              st.integers(0, 1 << 41) | st.floats(0, 1 << 41, allow_nan=False), st.integers(0, 20_000)),
+    st.tuples(st.just("section"), st.lists(FIELD, min_size=1, max_size=5), st.integers(0, 1 << 41)),
+)
+
+
+def _run_builder(cls: type, steps: list[tuple[object, ...]], limit: int) -> tuple[object, ...]:
+    made: list[tuple[object, int, int]] = []
+    builder = cls(61, lambda r, rel, ts: made.append((r, rel, ts)) or ("fut", rel, ts), "R")
+    answers: list[object] = []
+    for step in steps:
+        if step[0] == "record":
+            _, key, value, headers, ts, estimate = step
+            answers.append(builder.try_append(key, value, headers, ts, estimate, limit))
+        else:
+            _, values, ts = step
+            first = builder.count
+            section = rb.encode_records(values, None, ts - builder.base_ts if first else 0, first)
+            answers.append(builder.append_section(section, len(values), ts))
+        answers.append((builder.count, builder.size, builder.base_ts, builder.max_ts))
+    return builder.getvalue(), answers, made
+
+
+@compiled
+@settings(max_examples=200)
+@given(st.lists(STEP, max_size=25), st.integers(61, 40_000))
+def test_compiled_records_builder_equals_python(steps: list[tuple[object, ...]], limit: int) -> None:
+    """Same bytes, counters, refusals (None when full) and futures made (float timestamps floored to
+    whole ms, as the producer passes its CreateTime), compiled or not."""
+    assert _run_builder(rb._codec.RecordsBuilder, steps, limit) == _run_builder(rb._RecordsBuilderPy, steps, limit)
+
+
+@pytest.mark.parametrize("cls", [rb._RecordsBuilderPy, rb.RecordsBuilder])
+def test_records_builder_refuses_only_when_it_already_holds_a_record(cls: type) -> None:
+    builder = cls(61, lambda r, rel, ts: (r, rel, ts), "R")
+    assert builder.try_append(None, b"x" * 100, (), 5, 10_000, 100) == ("R", 0, 5)  # empty: always taken
+    assert builder.try_append(None, b"y", None, 4, 1, 100) is None
+    assert (builder.count, builder.base_ts, builder.max_ts) == (1, 5, 5)
+    assert builder.try_append(b"k", b"y", None, 4, 1, 10_000) == ("R", 1, 4)
+    _, records = decode_batch(build_batch(builder.getvalue(), record_count=2, base_timestamp=5, max_timestamp=5))
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in records] == [(0, 5, None, b"x" * 100), (1, 4, b"k", b"y")]
+    with pytest.raises(TypeError):
+        builder.try_append(None, "not bytes", None, 4, 1, 10_000)
+    assert builder.count == 2
+
+
+@pytest.mark.parametrize("base", [rb._RecordFuturePy, rb.RecordFuture])
+def test_record_future_base_carries_result_offset_delta_and_timestamp(base: type) -> None:
+    import concurrent.futures
+
+    class Fut(base, concurrent.futures.Future):  # type: ignore[misc, valid-type, type-arg]
+        pass
+
+    made = rb.RecordsBuilder(61, Fut, "R").try_append(None, b"v", None, 7, 1, 100)
+    assert (made._mk_result, made._mk_rel, made._mk_ts) == ("R", 0, 7)
+    direct = Fut("S", 3, 9)
+    assert (direct._mk_result, direct._mk_rel, direct._mk_ts) == ("S", 3, 9)
+    direct.__dict__["extra"] = 1  # a Future subclass keeps its __dict__ (concurrent.futures.wait uses it)
