@@ -12,6 +12,7 @@ from typing import Any
 
 import uvloop
 
+from broker.allocator import tune_malloc
 from broker.config import ConfigError, load_config
 from broker.log.manager import LogDirLockedError
 from broker.observability import JsonFormatter
@@ -31,6 +32,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    tune_malloc()  # before the first batch-sized buffer: see broker/allocator.py
     try:
         config = load_config(args.config, args.set)
     except ConfigError as e:
