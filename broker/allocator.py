@@ -56,7 +56,8 @@ def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
         return False  # not glibc
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    ok = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
+    ok = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+              and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1)
     if not ok:
         log.info("mallopt refused the broker's allocator settings; glibc defaults are used")
     return ok
