@@ -10,6 +10,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+# PySpark starts its JVM with fork + preexec_fn. With gRPC's fork support on, a fork while another
+# thread is inside gRPC skips its handlers and the child dies ("Other threads are currently calling
+# into gRPC, skipping fork() handlers", then "Java gateway process exited": all of test_spark.py
+# erred once in a full run). gRPC's core reads this when it is first imported, so before any import
+# that brings in grpc (client.ops.local_cluster below does).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import pytest
 from hypothesis import HealthCheck, settings
 from kazoo.client import KazooClient
@@ -21,9 +28,6 @@ logging.getLogger("kazoo").setLevel(logging.ERROR)
 # per-example deadline and its too-slow health check failed correct code (seen once in tests/unit).
 settings.register_profile("minikafka", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("minikafka")
-# PySpark starts its JVM with fork + preexec_fn; gRPC's fork handlers break that child when this
-# process already has channels open (read when the fork happens, so setting it here is enough).
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers.py for every test directory
 from helpers import TEST_ZK_DIGEST, ClusterFixture, fresh_chroot  # noqa: E402 - needs the path above
 

@@ -32,7 +32,9 @@ def local_session(app_name: str = "minikafka", master: str = "local[2]", **conf:
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # PySpark forks (with a preexec_fn) to start its JVM; gRPC's fork handlers, enabled by default,
-    # break that child when this process already has channels ("Java gateway process exited").
+    # break that child when another thread is inside gRPC at that moment ("Java gateway process
+    # exited"). gRPC reads this when first imported: it only helps a program that has not imported
+    # grpc yet; the tests and the Spark bench set it before their first import.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
