@@ -174,23 +174,31 @@ class ByteBudget:
         self.limit = limit
         self.in_flight = 0
         self._changed = asyncio.Condition()
+        self._waiting = 0  # acquirers parked on _changed
 
     async def acquire(self, nbytes: int, timeout_s: float) -> bool:
         """Wait until ``nbytes`` fit; False if ``timeout_s`` passed first (nothing taken)."""
-        if self.limit < 0:
+        if self.limit < 0 or self.in_flight == 0 or self.in_flight + nbytes <= self.limit:
+            # Fits now: taken without a lock or a wait (everything runs on one event loop, and
+            # nothing here awaits). asyncio.wait_for started a task for every request - two loop
+            # iterations on the path of every Produce and every Kafka-listener frame.
             self.in_flight += nbytes
             return True
-        async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait_for(
-                    lambda: self.in_flight == 0 or self.in_flight + nbytes <= self.limit), max(0.0, timeout_s))
-            except TimeoutError:
-                return False
-            self.in_flight += nbytes
-            return True
+        self._waiting += 1
+        try:
+            async with self._changed:
+                try:
+                    await asyncio.wait_for(self._changed.wait_for(
+                        lambda: self.in_flight == 0 or self.in_flight + nbytes <= self.limit), max(0.0, timeout_s))
+                except TimeoutError:
+                    return False
+                self.in_flight += nbytes
+                return True
+        finally:
+            self._waiting -= 1
 
     async def release(self, nbytes: int) -> None:
         self.in_flight -= nbytes
-        if self.limit >= 0:
+        if self._waiting:  # wait_for re-checks the predicate: no wake-up is lost before a wait
             async with self._changed:
                 self._changed.notify_all()

@@ -57,6 +57,24 @@ def test_byte_budget_waits_for_room_and_lets_an_oversized_request_through_alone(
     assert asyncio.run(scenario()) == ["release", "second"]
 
 
+def test_byte_budget_takes_room_that_is_there_without_yielding_to_the_loop() -> None:
+    """Every Produce and every Kafka-listener frame acquires: when the bytes fit, that must not cost
+    loop iterations (asyncio.wait_for started a task each time: latency on every request)."""
+
+    async def scenario() -> list[str]:
+        budget = ByteBudget(100)
+        order: list[str] = []
+        asyncio.get_running_loop().call_soon(order.append, "loop ran")
+        assert await budget.acquire(60, 1)
+        assert await budget.acquire(40, 1)
+        order.append("acquired")
+        await budget.release(100)
+        await asyncio.sleep(0)
+        return order
+
+    assert asyncio.run(scenario()) == ["acquired", "loop ran"]
+
+
 def test_a_lost_zookeeper_session_is_a_retriable_answer_not_an_unknown_error() -> None:
     """A broker resumed after a pause meets its expired session mid-request (seen in the chaos
     Ctrl-C test): the admin request gets REQUEST_TIMED_OUT, which clients retry."""
