@@ -42,14 +42,15 @@ def judge_partitions(entries: Iterable[tuple[str, int]], max_partitions: int) ->
     items = list(entries)
     if len(items) > max_partitions:
         return [E.INVALID_REQUEST] * len(items)
-    counts = Counter(items)
+    # Duplicates are rare: counted only when there are some (a Counter per request costs ~1 us).
+    counts = Counter(items) if len(set(items)) != len(items) else None
     verdicts: list[pb.ErrorCode] = []
     for topic, partition in items:
         if topic_name_error(topic) is not None:
             verdicts.append(E.INVALID_TOPIC_EXCEPTION)
         elif not 0 <= partition <= MAX_PARTITION:
             verdicts.append(E.UNKNOWN_TOPIC_OR_PARTITION)
-        elif counts[(topic, partition)] > 1:
+        elif counts is not None and counts[(topic, partition)] > 1:
             verdicts.append(E.INVALID_REQUEST)
         else:
             verdicts.append(E.NONE)
