@@ -906,6 +906,7 @@ typedef struct {
     int32_t count;
     int64_t base_ts, max_ts;
     PyObject *factory, *result;
+    int factory_is_record_future;  /* decided once: then try_append allocates the future directly */
 } RecordsBuilder;
 
 static int rb_init(RecordsBuilder *self, PyObject *args, PyObject *kwds) {
@@ -920,6 +921,8 @@ static int rb_init(RecordsBuilder *self, PyObject *args, PyObject *kwds) {
     self->base_ts = -1;
     self->max_ts = -1;
     Py_XSETREF(self->factory, Py_NewRef(factory));
+    self->factory_is_record_future =
+        PyType_Check(factory) && PyType_IsSubtype((PyTypeObject *)factory, &RecordFutureType);
     Py_XSETREF(self->result, Py_NewRef(result));
     return 0;
 }
@@ -987,7 +990,7 @@ static PyObject *rb_try_append(RecordsBuilder *self, PyObject *const *args, Py_s
     if (append_record(&self->out, self->count, ts - base, args[0], args[1], headers) < 0) return NULL;
     rb_note_ts(self, ts);
     int32_t delta = self->count++;
-    if (PyType_Check(self->factory) && PyType_IsSubtype((PyTypeObject *)self->factory, &RecordFutureType))
+    if (self->factory_is_record_future)
         return rf_make((PyTypeObject *)self->factory, self->result, delta, ts);
     PyObject *cargs[3];
     cargs[0] = self->result;

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import ClassVar, cast
 
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
+
 from proto import minikafka_pb2 as pb
 
 
@@ -30,9 +32,9 @@ def _plain_enum_values() -> None:
     the module that owns the error codes, which broker, controller and client all import."""
     for name in dir(pb):
         wrapper = getattr(pb, name)
-        if type(wrapper).__name__ == "EnumTypeWrapper":
+        if isinstance(wrapper, EnumTypeWrapper):
             for value_name, number in wrapper.items():
-                wrapper.__dict__.setdefault(value_name, number)
+                setattr(wrapper, value_name, number)  # the same int __getattr__ would give
 
 
 _plain_enum_values()
