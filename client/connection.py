@@ -102,15 +102,23 @@ class ClusterView:
                     raise rpc_error(e, address) from None
                 failures.append(f"{address}: {unreachable_reason(e.code().name, e.details() or '')}")
                 continue
-            self._apply(resp)
+            self._apply(resp, all_topics=topics is None)
             return resp
         raise errors.NetworkError(f"cannot reach {'; '.join(failures)}")
 
-    def _apply(self, resp: pb.MetadataResponse) -> None:
+    def _apply(self, resp: pb.MetadataResponse, all_topics: bool = False) -> None:
+        """The response replaces what the view knew of each topic it lists (a deleted or re-created
+        topic leaves nothing stale behind, as Kafka's client metadata), and of every topic when it
+        answered a request for all of them."""
         if resp.brokers:
             self.brokers = {b.broker_id: f"{b.host}:{b.port}" for b in resp.brokers}
         self.controller_id = resp.controller_id
         self.controller_epoch = resp.controller_epoch
+        listed = {t.name for t in resp.topics}
+        if all_topics:
+            self.topic_errors = {t: c for t, c in self.topic_errors.items() if t in listed}
+        self.partitions = {tp: pl for tp, pl in self.partitions.items()
+                           if tp[0] not in listed and (not all_topics)}
         for t in resp.topics:
             self.topic_errors[t.name] = t.error_code
             for p in t.partitions:

@@ -7,9 +7,10 @@ ListOffsets request per leader for all its partitions) for what the pure
 planner in ``options`` needs. Executor side, ``read_range`` reads one planned
 ``OffsetRange`` straight from the partition's leader with consumer Fetch
 requests (replica_id -1, so the leader serves committed records only, SPEC
-S3.2) and turns every Fetch response into one Arrow ``RecordBatch``: the
-columnar codec (``proto.columnar``, compiled) decodes the fetched bytes
-straight into Arrow buffers that pyarrow wraps without a copy, so no Python
+S3.2), over connections borrowed from the worker's ``connection_cache`` (as
+Spark's Kafka source reuses its consumers between tasks), and turns every
+Fetch response into one Arrow ``RecordBatch``: the columnar codec
+(``proto.columnar``, compiled) decodes the fetched bytes straight into Arrow buffers that pyarrow wraps without a copy, so no Python
 object is made per record. The read is pipelined: as soon as a response is
 decoded the Fetch for the next offsets is sent, and the broker serves it while
 Spark consumes the batch just yielded. When the leader dies or changes in the middle of a read (a gRPC error,
@@ -36,6 +37,7 @@ import grpc
 
 from client.connection import ClusterView
 from client.producer import FutureRecordMetadata, Producer
+from client.spark.connection_cache import CONNECTIONS, ConnectionCache, ViewKey
 from client.spark.options import TP, DataLossError, OffsetRange, SparkOptionError, Subscription
 from proto import errors
 from proto import minikafka_pb2 as pb
@@ -122,15 +124,20 @@ class RangeReadError(RuntimeError):
 
 def read_range(bootstrap_servers: str, rng: OffsetRange, *, include_headers: bool, max_bytes: int,
                fail_on_data_loss: bool, request_timeout_ms: int, retry_timeout_ms: int,
-               arrow_schema: Any, security: ChannelSecurity = PLAINTEXT_SECURITY) -> Iterator[Any]:
-    """Every record of ``rng`` exactly once, in offset order, as Arrow RecordBatches (one per fetch)."""
-    view = ClusterView(bootstrap_servers, timeout_s=request_timeout_ms / 1000.0, security=security)
+               arrow_schema: Any, security: ChannelSecurity = PLAINTEXT_SECURITY,
+               cache: ConnectionCache | None = None) -> Iterator[Any]:
+    """Every record of ``rng`` exactly once, in offset order, as Arrow RecordBatches (one per fetch),
+    read through a view borrowed from the worker's connection cache (``connection_cache``)."""
+    cache = CONNECTIONS if cache is None else cache
+    view = cache.borrow(ViewKey(bootstrap_servers, request_timeout_ms / 1000.0, security))
     try:
         for cols in read_columns(view, rng, include_headers=include_headers, max_bytes=max_bytes,
                                  fail_on_data_loss=fail_on_data_loss, retry_timeout_s=retry_timeout_ms / 1000.0):
             yield to_arrow(cols, rng.topic, rng.partition, arrow_schema)
-    finally:
-        view.close()
+    except BaseException:  # an error, or Spark stopped reading early: never lend this view again
+        cache.discard(view)
+        raise
+    cache.give_back(view)  # the next task of this worker reads without connecting again
 
 
 def _send_fetch(view: ClusterView, topic: str, partition: int, position: int, max_bytes: int) -> Any:

@@ -44,6 +44,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from client.connection import ClusterView
 from client.spark import cluster_io
+from client.spark.connection_cache import CONNECTIONS, ViewKey
 from client.spark.options import (
     TP,
     OffsetRange,
@@ -143,14 +144,18 @@ class MinikafkaBatchReader(_RangeReading, DataSourceReader):
         self.spark_schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        view = self._view()
+        # Spark plans in a Python worker it reuses: the next query's planning reuses these channels.
+        key = ViewKey(self.opts.bootstrap_servers, self.opts.request_timeout_ms / 1000.0, self.opts.security)
+        view = CONNECTIONS.borrow(key)
         try:
             tps = cluster_io.list_partitions(view, self.opts.subscription)
             earliest, latest = self._list(view, tps, -2), self._list(view, tps, -1)
             start = self._starting_offsets(view, tps, earliest, latest)
             end = resolve_offsets(self.opts.ending, tps, earliest, latest)
-        finally:
-            view.close()
+        except BaseException:
+            CONNECTIONS.discard(view)
+            raise
+        CONNECTIONS.give_back(view)
         for tp, off in list(end.items()):
             if off > latest[tp]:  # only committed records are read (SPEC S3.2)
                 log.warning("%s-%d: endingOffsets %d is above the high watermark %d; reading up to the HW",
