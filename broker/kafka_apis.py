@@ -92,14 +92,11 @@ class KafkaApis:
 
     async def handle(self, api: str, request: Any, ctx: RequestContext) -> Any:
         """``request``'s answer from its handler, typed whatever happens, and counted."""
-        if api == "Produce":
-            self.metrics.bytes_in.inc(sum(len(p.records) for t in request.topics for p in t.partitions))
         return await self._answered(api, request, self.handlers[api](request, ctx), time.perf_counter())
 
     async def begin_produce(self, request: pb.ProduceRequest, ctx: RequestContext) -> asyncio.Task[pb.ProduceResponse]:
         """Append ``request``'s batches now (in the caller's order) and return the task that answers
         it once its acks are in - typed and counted as ``handle`` does."""
-        self.metrics.bytes_in.inc(sum(len(p.records) for t in request.topics for p in t.partitions))
         start = time.perf_counter()
         try:
             finish = await self._append_produce(request, ctx)
@@ -116,8 +113,6 @@ class KafkaApis:
         m.requests.labels(api).inc()
         for code in partition_errors(resp):
             m.errors.labels(api, E.Name(code)).inc()
-        if api in ("Fetch", "FollowerFetch"):
-            m.bytes_out.inc(sum(len(p.records) for t in resp.topics for p in t.partitions))
         return resp
 
 

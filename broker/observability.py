@@ -95,10 +95,6 @@ class RequestMetrics:
         self.latency = Histogram("minikafka_request_latency_seconds", "Request handling time, by API", ["api"],
                                  registry=registry,
                                  buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-        self.bytes_in = Counter("kafka_server_brokertopicmetrics_bytesin", "Record bytes produced to this broker",
-                                registry=registry)
-        self.bytes_out = Counter("kafka_server_brokertopicmetrics_bytesout", "Record bytes fetched from this broker",
-                                 registry=registry)
 
 
 class BrokerCollector(Collector):
@@ -126,6 +122,12 @@ class BrokerCollector(Collector):
                                   value=rm.isr_shrinks)
         yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "ISR expands made by this broker",
                                   value=rm.isr_expands)
+        # Counted by the replica manager where it holds the bytes anyway: reading a protobuf bytes
+        # field again to measure it would copy it.
+        yield CounterMetricFamily("kafka_server_brokertopicmetrics_bytesin", "Record bytes produced to this broker",
+                                  value=rm.bytes_in)
+        yield CounterMetricFamily("kafka_server_brokertopicmetrics_bytesout", "Record bytes fetched from this broker",
+                                  value=rm.bytes_out)
         active = 1 if ctrl.active else 0
         offline = 0
         if ctrl.active:

@@ -88,6 +88,10 @@ class ReplicaManager:
         self.fetcher_manager: FetcherManagerProtocol | None = None
         self._isr_writes: set[asyncio.Task[None]] = set()
         self.isr_shrinks = 0
+        # Record bytes produced to (every Produce's) and fetched from this broker (consumers and
+        # followers): Kafka's BytesIn/BytesOut, exported at scrape time by broker.observability.
+        self.bytes_in = 0
+        self.bytes_out = 0
         self.isr_expands = 0
         self.produce_bytes = ByteBudget(settings.queued_max_request_bytes)
         # Producer ids are handed out in blocks recorded in ZooKeeper; a batch claiming an id beyond
@@ -243,7 +247,11 @@ class ReplicaManager:
         entries = [(td.name, pd.partition) for td in req.topics for pd in td.partitions]
         verdicts = iter(self._authorize(judge_partitions(entries, self.settings.max_request_partitions), entries,
                                         ctx, "Write"))
-        nbytes = sum(len(pd.records) for td in req.topics for pd in td.partitions)
+        # Reading a protobuf bytes field copies it (upb makes a new bytes object each time): every
+        # partition's records are read once, here, and handed on.
+        payloads = [pd.records for td in req.topics for pd in td.partitions]
+        nbytes = sum(map(len, payloads))
+        self.bytes_in += nbytes
         timeout_ms = min(max(req.timeout_ms, 0), self.settings.max_wait_ms)
         if not await self.produce_bytes.acquire(nbytes, timeout_ms / 1000.0):
             for td in req.topics:
@@ -255,12 +263,14 @@ class ReplicaManager:
             return _answer_now(resp)
         try:
             pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]] = []
+            records = iter(payloads)
             for td in req.topics:
                 tr = resp.topics.add(name=td.name)
                 for pd in td.partitions:
                     pr = tr.partitions.add(partition=pd.partition, base_offset=-1, log_append_time_ms=-1,
                                            log_start_offset=-1)
                     verdict = next(verdicts)
+                    data = next(records)
                     if verdict != E.NONE:
                         pr.error_code = verdict
                         pr.error_message = error_message(verdict)
@@ -268,7 +278,7 @@ class ReplicaManager:
                     if acks not in (0, 1, -1):
                         pr.error_code = E.INVALID_REQUIRED_ACKS
                         continue
-                    item = await self._produce_partition(td.name, pd, acks, pr)
+                    item = await self._produce_partition(td.name, pd.partition, data, acks, pr)
                     if item is not None:
                         pending.append(item)
         except BaseException:
@@ -286,14 +296,14 @@ class ReplicaManager:
             await self.produce_bytes.release(nbytes)
         return resp
 
-    async def _produce_partition(self, topic: str, pd: pb.ProducePartitionData, acks: int,
+    async def _produce_partition(self, topic: str, partition: int, records: bytes, acks: int,
                                  pr: pb.ProducePartitionResponse) \
             -> tuple[Partition, pb.ProducePartitionResponse, int, int] | None:
         """Append one partition's batches; fills ``pr``; returns what an acks=all wait needs."""
         for attempt in range(2):
             try:
-                p = self._leader_partition(topic, pd.partition)
-                result = p.append_as_leader(pd.records, acks, now_ms(), self.settings.replica_lag_time_max_ms,
+                p = self._leader_partition(topic, partition)
+                result = p.append_as_leader(records, acks, now_ms(), self.settings.replica_lag_time_max_ms,
                                             max_producer_id=self.max_allocated_producer_id)
             except errors.UnknownProducerIdError as e:
                 if attempt == 0 and await self._refresh_producer_id_bound():
@@ -304,11 +314,11 @@ class ReplicaManager:
                 pr.error_code, pr.error_message = e.wire_code, e.message
                 return None
             except OSError as e:
-                log.error("%s-%d: append failed: %s", topic, pd.partition, e)
+                log.error("%s-%d: append failed: %s", topic, partition, e)
                 pr.error_code, pr.error_message = E.KAFKA_STORAGE_ERROR, f"append failed: {e.strerror}"
                 return None
             except Exception as e:  # a bug: answer this partition truthfully, keep the others' answers
-                log.exception("%s-%d: append failed unexpectedly", topic, pd.partition)
+                log.exception("%s-%d: append failed unexpectedly", topic, partition)
                 pr.error_code, pr.error_message = E.UNKNOWN_SERVER_ERROR, f"append failed: {e!r}"
                 return None
             break
@@ -401,11 +411,13 @@ class ReplicaManager:
 
         resp, nbytes, has_error = self._read_fetch(req, follower, verdicts)
         if nbytes >= min_bytes or has_error or max_wait_ms == 0:
+            self.bytes_out += nbytes
             return resp
         if not follower and len(self.fetch_purgatory) >= self.settings.fetch_purgatory_max_requests:
             # Too many consumers parked already: answer now and ask the client to back off.
             self.fetches_not_parked += 1
             resp.throttle_time_ms = min(max_wait_ms, 100)
+            self.bytes_out += nbytes
             return resp
         tps = [e for e, v in zip(entries, verdicts, strict=True) if v == E.NONE]
 
@@ -417,7 +429,9 @@ class ReplicaManager:
             return n >= min_bytes or err
 
         await self.fetch_purgatory.wait_until(tps, ready, max_wait_ms / 1000.0)
-        return self._read_fetch(req, follower, verdicts)[0]
+        resp, nbytes, _err = self._read_fetch(req, follower, verdicts)
+        self.bytes_out += nbytes
+        return resp
 
     def _authorize(self, verdicts: list[pb.ErrorCode], entries: list[tuple[str, int]], ctx: RequestContext,
                    operation: str) -> list[pb.ErrorCode]:
@@ -565,10 +579,13 @@ class ReplicaManager:
                 if limit <= 0:
                     continue
                 try:
-                    pr.records = lg.read(fp.fetch_offset, limit)
+                    data = lg.read(fp.fetch_offset, limit)
                 except errors.KafkaError as e:
                     pr.error_code = e.wire_code
-                budget -= len(pr.records)
+                    continue
+                pr.records = data
+                budget -= len(data)
+                self.bytes_out += len(data)
         return resp
 
     # ------------------------------------------------------------ offsets

@@ -50,8 +50,12 @@ def test_metrics_follow_a_follower_failure(cluster) -> None:  # type: ignore[no-
     urls = {b.broker_id: b.metrics_address for b in c.state.brokers.values()}
     assert sum(scrape(u)["kafka_controller_kafkacontroller_activecontrollercount"] for u in urls.values()) == 1
     conn, _ = view.leader_connection("obs", 0)
-    assert produce(conn, "obs", 0, batch_of(["x"])).error_code == E.NONE
+    records = batch_of(["x"])
+    assert produce(conn, "obs", 0, records).error_code == E.NONE
     m = scrape(urls[leader])
+    assert m["kafka_server_brokertopicmetrics_bytesin_total"] == len(records)
+    # The two followers fetched the batch (acks=all answered): BytesOut counts their fetches.
+    assert m["kafka_server_brokertopicmetrics_bytesout_total"] >= 2 * len(records)
     assert m["kafka_server_replicamanager_underreplicatedpartitions"] == 0
     assert m['minikafka_high_watermark{partition="0",topic="obs"}'] == 1
     assert m['minikafka_requests_total{api="Produce"}'] >= 1

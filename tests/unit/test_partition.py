@@ -355,3 +355,29 @@ def test_item8_replica_manager_refuses_and_does_not_serve_a_broker_that_is_not_a
     assert zk.isr_writes == [] and p.high_watermark == 0
     r = follower_fetch(rm, FOLLOWER, 0)
     assert r.error_code == pb.ErrorCode.NONE and len(r.records) > 0
+
+
+def test_bytes_in_and_out_count_each_answered_byte_once(tmp_path: Path) -> None:
+    """Kafka's BytesIn/BytesOut, counted by the replica manager where it holds the bytes (reading a
+    protobuf bytes field again to measure it would copy it): a Produce's records once, a Fetch's
+    answer once - also when it parked and was read again before answering."""
+    rm, _zk = replica_manager(tmp_path, isr=(LEADER,))
+    batch = encode_batch([Record(value=b"v" * 50, timestamp=T + i) for i in range(3)])
+    req = pb.ProduceRequest(acks=1, timeout_ms=1000, topics=[pb.ProduceTopicData(
+        name="t", partitions=[pb.ProducePartitionData(partition=0, records=batch)])])
+
+    async def run() -> None:
+        resp = await rm.handle_produce(req)
+        assert resp.topics[0].partitions[0].error_code == pb.ErrorCode.NONE
+        assert (rm.bytes_in, rm.bytes_out) == (len(batch), 0)
+        fetch = pb.FetchRequest(replica_id=-1, max_wait_ms=0, max_bytes=1 << 20, topics=[pb.FetchTopic(
+            name="t", partitions=[pb.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+        # (the leader stamped its epoch into the batch: same length, not the same bytes)
+        assert len((await rm.handle_fetch(fetch)).topics[0].partitions[0].records) == len(batch)
+        assert rm.bytes_out == len(batch)
+        # min_bytes above what there is: read, parked (read again by every readiness check), read at the end.
+        fetch.min_bytes, fetch.max_wait_ms = 10 * len(batch), 30
+        assert len((await rm.handle_fetch(fetch)).topics[0].partitions[0].records) == len(batch)
+        assert rm.bytes_out == 2 * len(batch)
+
+    asyncio.run(run())
