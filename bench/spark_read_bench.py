@@ -9,7 +9,9 @@ directory), produces ``--records`` 100-byte records to a ``--partitions``-partit
   materialised. The session and its Python workers are warmed up on a small range first (their
   start-up, ~10-20 s, is not the connector's throughput). The same-run baseline is a query of 100
   records per partition (best of two): Spark's fixed cost per query (planning, task launch), here
-  ~1 s, which no connector can go below. ``marginal`` is rows/s beyond that fixed cost.
+  ~0.5 s, which no connector can go below. ``marginal`` is rows/s beyond that fixed cost. The
+  whole topic is read three times: the figure is the best run, and the first is printed beside it
+  (the JVM compiles the read path's hot code during it: 0.94 s, then 0.73-0.82 s in one probe).
 - **consumer**: ``client.consumer.Consumer`` in this one process (pipelined fetches per leader),
   polling until it has every record.
 
@@ -64,16 +66,16 @@ def spark_read(spark: Any, bootstrap: str, records: int, partitions: int) -> dic
         started = time.perf_counter()
         query(endingOffsets=tiny)
         fixed = min(fixed, time.perf_counter() - started)
-    best = None
-    for _ in range(2):
+    runs = []
+    for _ in range(3):
         started = time.perf_counter()
         n, nbytes = query()
-        elapsed = time.perf_counter() - started
+        runs.append(time.perf_counter() - started)
         if n != records or nbytes != records * len(VALUE):
             raise SystemExit(f"spark read {n} rows / {nbytes} value bytes, expected {records}")
-        best = elapsed if best is None else min(best, elapsed)
-    assert best is not None
+    best = min(runs)
     return {"rows_per_sec": round(records / best), "seconds": round(best, 2),
+            "first_run_rows_per_sec": round(records / runs[0]), "first_run_seconds": round(runs[0], 2),
             "fixed_query_seconds": round(fixed, 2),
             "marginal_rows_per_sec": round(records / (best - fixed)) if best > fixed else None}
 
@@ -127,7 +129,8 @@ def main() -> None:
     print(f"{args.records:,} records of {len(VALUE)} B in {args.partitions} partitions (RF=3), 3 brokers on loopback; "
           f"produced in {produce_s:.1f}s")
     print(f"{'':34} {'rows/s':>11} {'seconds':>8}")
-    print(f"{'Spark batch read (' + args.master + ')':34} {s['rows_per_sec']:>11,} {s['seconds']:>8}")
+    print(f"{'Spark batch read (' + args.master + ')':34} {s['rows_per_sec']:>11,} {s['seconds']:>8}"
+          f"   (best of 3; the first, JVM code not yet compiled: {s['first_run_rows_per_sec']:,} rows/s)")
     print(f"{'client Consumer (one process)':34} {c['rows_per_sec']:>11,} {c['seconds']:>8}")
     print(f"Spark's fixed cost per query (100 rows per partition): {s['fixed_query_seconds']}s; "
           f"rows/s beyond it: {s['marginal_rows_per_sec'] or 0:,}")
