@@ -348,7 +348,7 @@ def main() -> None:
         per_broker = ", ".join(f"broker {k} {v}" for k, v in r["broker_cpu_s"].items())
         total = sum(r["broker_cpu_s"].values())
         print(f"CPU s, {name}: producer {r['producer_cpu_s']}, {per_broker} "
-              f"({total / max(1, r['records']) * 1e6:.1f} us broker CPU per record)")
+              f"({total / max(1, r['records']) * 1e6:.2f} us broker CPU per record)")
     if tls is not None:
         print(f"ratio TLS+SCRAM / plaintext clients (RF=3 acks=all): {result['tls_ratio']}")
     if args.json:
