@@ -8,7 +8,11 @@ request seen by one client sending them one after the other (unary) or pipelined
   the same-run baseline;
 - **broker**: a real broker (its own one-broker cluster) taking a one-record acks=1 Produce on a
   replication-factor-1 topic, as a unary call and on a ProduceStream - the same handler behind
-  both, so the difference is the transport.
+  both, so the difference is the transport;
+- **one message at a time** (ping-pong on an open connection, as each hop of an acks=all
+  record is): the bare grpc.aio stream against a length-prefixed echo over a plain uvloop TCP
+  connection - the floor of any transport in these processes - round trip p50 and CPU per round
+  trip on each side.
 
 The producer sends on ProduceStream, the followers fetch on FetchStream, because of this ratio.
 
@@ -18,9 +22,11 @@ The producer sends on ProduceStream, the followers fetch on FetchStream, because
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -40,6 +46,7 @@ from proto import minikafka_pb2_grpc as pb_grpc
 from proto.record_batch import Record, encode_batch
 
 TOPIC = "rpc-cost"
+FRAME = struct.Struct(">I")
 
 
 def serve_bare() -> None:
@@ -64,6 +71,85 @@ def serve_bare() -> None:
         await server.wait_for_termination()
 
     uvloop.run(main())
+
+
+def serve_raw() -> None:
+    """A length-prefixed echo on a plain uvloop TCP server (run in a child process)."""
+    import uvloop
+
+    class Echo(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport: Any = transport  # uvloop's TCPTransport (not an asyncio.Transport subclass)
+            self.buf = b""
+
+        def data_received(self, data: bytes) -> None:
+            self.buf += data
+            while len(self.buf) >= 4:
+                (n,) = FRAME.unpack_from(self.buf)
+                if len(self.buf) < 4 + n:
+                    break
+                self.transport.write(self.buf[:4 + n])
+                self.buf = self.buf[4 + n:]
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.Event().wait()
+
+    uvloop.run(main())
+
+
+async def _grpc_ping_pong(port: int, payload: bytes, n: int) -> list[float]:
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        call = pb_grpc.KafkaApiStub(channel).ProduceStream()  # type: ignore[no-untyped-call]
+        request = pb.ProduceRequest(acks=1, topics=[pb.ProduceTopicData(
+            name=TOPIC, partitions=[pb.ProducePartitionData(partition=0, records=payload)])])
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await call.write(request)
+            await call.read()
+            times.append(time.perf_counter() - t0)
+        await call.done_writing()
+        return times
+    finally:
+        await channel.close()
+
+
+async def _raw_ping_pong(port: int, payload: bytes, n: int) -> list[float]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    frame = FRAME.pack(len(payload)) + payload
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        writer.write(frame)
+        await reader.readexactly(len(frame))
+        times.append(time.perf_counter() - t0)
+    writer.close()
+    return times
+
+
+def ping_pong(kind: str, n: int) -> dict[str, float]:
+    """Round trip p50 and CPU per round trip (server and this client), one message at a time."""
+    import uvloop
+
+    server = subprocess.Popen([sys.executable, __file__, f"--serve-{kind}"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        payload = encode_batch([Record(value=b"v" * 100, timestamp=int(time.time() * 1000))])
+        run = _grpc_ping_pong if kind == "bare" else _raw_ping_pong
+        uvloop.run(run(port, payload, 200))  # warm-up
+        c0, t0 = cpu_s(server.pid), os.times()
+        times = sorted(uvloop.run(run(port, payload, n)))
+        c1, t1 = cpu_s(server.pid), os.times()
+    finally:
+        server.kill()
+        server.wait()
+    return {"round_trip_p50_us": round(times[len(times) // 2] * 1e6),
+            "server_cpu_us": round((c1 - c0) / n * 1e6),
+            "client_cpu_us": round(((t1.user - t0.user) + (t1.system - t0.system)) / n * 1e6)}
 
 
 def cpu_s(pid: int) -> float:
@@ -113,6 +199,9 @@ def main() -> None:
         bare.kill()
         bare.wait()
 
+    result["ping_pong"] = {"bare_grpc_aio_stream": ping_pong("bare", args.requests),
+                           "raw_uvloop_tcp": ping_pong("raw", args.requests)}
+
     root = Path(tempfile.mkdtemp(prefix="rpc-cost-bench-"))
     cluster = LocalCluster(root / "cluster")
     try:
@@ -150,10 +239,17 @@ def main() -> None:
     for name in ("bare_grpc_aio", "broker_produce_1_record"):
         r = result[name]
         print(f"{name}: stream / unary server CPU = {r['stream']['server_cpu_us'] / r['unary']['server_cpu_us']:.2f}")
+    print("one message at a time on an open connection (each hop of an acks=all record):")
+    for name, label in (("bare_grpc_aio_stream", "bare grpc.aio stream"), ("raw_uvloop_tcp", "plain uvloop TCP, framed")):
+        r = result["ping_pong"][name]
+        print(f"  {label:26} round trip p50 {r['round_trip_p50_us']:>5} us; CPU per round trip: "
+              f"server {r['server_cpu_us']} us, client {r['client_cpu_us']} us")
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--serve-bare"]:
         serve_bare()
+    elif sys.argv[1:] == ["--serve-raw"]:
+        serve_raw()
     else:
         main()
