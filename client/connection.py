@@ -117,8 +117,9 @@ class ClusterView:
         listed = {t.name for t in resp.topics}
         if all_topics:
             self.topic_errors = {t: c for t, c in self.topic_errors.items() if t in listed}
-        self.partitions = {tp: pl for tp, pl in self.partitions.items()
-                           if tp[0] not in listed and (not all_topics)}
+            self.partitions = {}
+        else:
+            self.partitions = {tp: pl for tp, pl in self.partitions.items() if tp[0] not in listed}
         for t in resp.topics:
             self.topic_errors[t.name] = t.error_code
             for p in t.partitions:

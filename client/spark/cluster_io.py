@@ -3,17 +3,18 @@
 Theory of operation
 -------------------
 Driver side, ``list_partitions`` and ``list_offsets`` ask the cluster (one
-ListOffsets request per leader for all its partitions) for what the pure
-planner in ``options`` needs. Executor side, ``read_range`` reads one planned
+ListOffsets request per leader for all its partitions) for what the pure planner
+in ``options`` needs. Executor side, ``read_range`` reads one planned
 ``OffsetRange`` straight from the partition's leader with consumer Fetch
 requests (replica_id -1, so the leader serves committed records only, SPEC
 S3.2), over connections borrowed from the worker's ``connection_cache`` (as
-Spark's Kafka source reuses its consumers between tasks), and turns every
-Fetch response into one Arrow ``RecordBatch``: the columnar codec
-(``proto.columnar``, compiled) decodes the fetched bytes straight into Arrow buffers that pyarrow wraps without a copy, so no Python
-object is made per record. The read is pipelined: as soon as a response is
-decoded the Fetch for the next offsets is sent, and the broker serves it while
-Spark consumes the batch just yielded. When the leader dies or changes in the middle of a read (a gRPC error,
+Spark's Kafka source reuses its consumers between tasks), and turns every Fetch
+response into one Arrow ``RecordBatch``: the columnar codec (``proto.columnar``,
+compiled) decodes the fetched bytes straight into Arrow buffers that pyarrow
+wraps without a copy, so no Python object is made per record. The read is
+pipelined: as soon as a response is decoded the Fetch for the next offsets is
+sent, and the broker serves it while Spark consumes the batch just yielded. When
+the leader dies or changes in the middle of a read (a gRPC error,
 NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, ...), it refreshes metadata and
 goes on from the first offset it has not yet returned, so every record of the
 range comes out exactly once. A new leader's high watermark can briefly trail
