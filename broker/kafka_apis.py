@@ -56,7 +56,6 @@ class KafkaApis:
         s = server
         rm, admin, groups = s.replica_manager, s.admin, s.group_apis
         self.metrics = s.metrics.requests
-        self._per_api: dict[str, tuple[Callable[[float], None], Callable[[], None]]] = {}
         self._append_produce = rm.append_produce
         # API name (as in metrics and error_response) -> handler of the protobuf request.
         self.handlers: dict[str, Handler] = {
@@ -108,16 +107,12 @@ class KafkaApis:
         return asyncio.get_running_loop().create_task(self._answered("Produce", request, finish, start))
 
     async def _answered(self, api: str, request: Any, call: Awaitable[Any], start: float) -> Any:
+        m = self.metrics
         resp = await answer_typed(api, call, request)
-        counted = self._per_api.get(api)
-        if counted is None:  # prometheus_client's labels() takes a lock and builds a key: once per API
-            m = self.metrics
-            counted = self._per_api[api] = (m.latency.labels(api).observe, m.requests.labels(api).inc)
-        observe, inc = counted
-        observe(time.perf_counter() - start)
-        inc()
+        m.latency.labels(api).observe(time.perf_counter() - start)
+        m.requests.labels(api).inc()
         for code in partition_errors(resp):
-            self.metrics.errors.labels(api, E.Name(code)).inc()
+            m.errors.labels(api, E.Name(code)).inc()
         return resp
 
 

@@ -45,22 +45,14 @@ class Purgatory:
             fut: asyncio.Future[None] = loop.create_future()
             for k in keys:
                 self._watchers.setdefault(k, set()).add(fut)
-            # A timer that completes the future, rather than asyncio.wait_for: wait_for wraps the
-            # future in another and resumes the waiter one loop iteration later, on every wake-up
-            # of every parked fetch and acks=all produce.
-            timer = loop.call_later(remaining, _expire, fut)
             try:
-                await fut
+                await asyncio.wait_for(fut, remaining)
+            except TimeoutError:
+                pass
             finally:
-                timer.cancel()
                 for k in keys:
                     ws = self._watchers.get(k)
                     if ws is not None:
                         ws.discard(fut)
                         if not ws:
                             del self._watchers[k]
-
-
-def _expire(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)

@@ -1,6 +1,5 @@
 """broker.purgatory: delayed operations wake on notify (re-checking their condition), time out,
-clean up after themselves, and a woken waiter runs on the very next loop iteration (every parked
-follower fetch and acks=all produce on the replication path waits here)."""
+and clean up after themselves (every parked follower fetch and acks=all produce waits here)."""
 
 from __future__ import annotations
 
@@ -56,28 +55,3 @@ def test_a_cancelled_waiter_leaves_nothing_behind() -> None:
         p.notify("k")  # nothing to wake, nothing raised
 
     asyncio.run(main())
-
-
-def test_a_woken_waiter_runs_on_the_next_loop_iteration() -> None:
-    """asyncio.wait_for resumed its waiter one iteration later than the future it wrapped: a
-    cost paid on every wake-up of every parked fetch and produce."""
-    async def main() -> list[object]:
-        p = Purgatory("fetch")
-        ready = [False]
-        order: list[object] = []
-
-        async def waiter() -> None:
-            await p.wait_until(["k"], lambda: ready[0], 30.0)
-            order.append("woken")
-
-        task = asyncio.create_task(waiter())
-        await asyncio.sleep(0)
-        ready[0] = True
-        p.notify("k")
-        for i in range(3):
-            order.append(i)
-            await asyncio.sleep(0)
-        await task
-        return order
-
-    assert asyncio.run(main()) == [0, "woken", 1, 2]
