@@ -102,13 +102,6 @@ class ConnectionCache:
         with self._lock:
             return len(self._idle)
 
-    def clear(self) -> None:
-        """Close every idle view (lent ones are closed when their tasks give them back or fail)."""
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for _key, v, _at in idle:
-            v.close()
-
     def _expire_locked(self) -> list[ClusterView]:
         cutoff = self._clock() - self.idle_timeout_s
         keep = [e for e in self._idle if e[2] > cutoff]
