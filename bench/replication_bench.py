@@ -253,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tls", action="store_true", help="also RF=3 acks=all with clients on TLS + SCRAM (--secure)")
     ap.add_argument("--no-librdkafka", action="store_true",
                     help="skip the librdkafka (confluent_kafka.Producer) figure at the Kafka listener")
+    ap.add_argument("--grpc-replication", action="store_true",
+                    help="followers fetch over gRPC FetchStream (replica.fetch.listener.port=-1), for comparison")
     ap.add_argument("--json", action="store_true")
     return ap
 
@@ -261,7 +263,10 @@ def main() -> None:
     args = build_parser().parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="replication-bench-"))
-    cluster = LocalCluster(root / "cluster", broker_overrides={"zookeeper.session.timeout.ms": "10000"})
+    overrides = {"zookeeper.session.timeout.ms": "10000"}
+    if args.grpc_replication:
+        overrides["replica.fetch.listener.port"] = "-1"
+    cluster = LocalCluster(root / "cluster", broker_overrides=overrides)
     try:
         state = cluster.up(3)
         create_topics(state.bootstrap_servers, args.partitions)
@@ -291,7 +296,7 @@ def main() -> None:
     tls: dict[str, Any] | None = None
     if args.tls:
         root = Path(tempfile.mkdtemp(prefix="replication-bench-tls-"))
-        cluster = LocalCluster(root / "cluster", broker_overrides={"zookeeper.session.timeout.ms": "10000"})
+        cluster = LocalCluster(root / "cluster", broker_overrides=overrides)
         try:
             state = cluster.up(3, secure=True)
             security = state.client_security()

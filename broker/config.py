@@ -87,6 +87,10 @@ CONFIG_DEFS: dict[str, _Def] = {
     "replica.fetch.min.bytes": _Def("replica_fetch_min_bytes", int, _pos),
     "replica.fetch.max.bytes": _Def("replica_fetch_max_bytes", int, _pos),
     "replica.fetch.backoff.ms": _Def("replica_fetch_backoff_ms", int, _nonneg),
+    # The replica fetch listener (broker.replica_fetch_socket): a port on the inter-broker listener's
+    # host; 0 takes a free one, -1 turns it off (followers then fetch over gRPC FetchStream).
+    "replica.fetch.listener.port": _Def("replica_fetch_listener_port", int, lambda v: -1 <= v <= 65535,
+                                        "-1 (off), 0 (a free port) or a port"),
     "replica.high.watermark.checkpoint.interval.ms": _Def("replica_high_watermark_checkpoint_interval_ms",
                                                           int, _pos),
     "request.timeout.ms": _Def("request_timeout_ms", int, _pos),
@@ -182,6 +186,7 @@ class BrokerConfig:
     replica_fetch_min_bytes: int = 1
     replica_fetch_max_bytes: int = 1048576
     replica_fetch_backoff_ms: int = 1000
+    replica_fetch_listener_port: int = 0
     replica_high_watermark_checkpoint_interval_ms: int = 5000
     request_timeout_ms: int = 30000
     log_segment_bytes: int = 1 << 30

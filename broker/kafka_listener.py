@@ -94,6 +94,8 @@ class ListenerLimits:
 
 
 class KafkaListener:
+    min_frame_bytes = kafka_wire.MIN_FRAME_BYTES  # the smallest request header
+
     def __init__(self, listener: Listener, apis: KafkaApis, limits: ListenerLimits,
                  budget: ByteBudget | None = None, *, tls: ssl.SSLContext | None = None,
                  sasl: SaslServerConfig | None = None, broker_prefix: str = DEFAULT_BROKER_PREFIX) -> None:
@@ -191,7 +193,7 @@ class KafkaListener:
                 return  # closed by the peer, or idle for connections.max.idle.ms
             size = int.from_bytes(size_bytes, "big", signed=True)
             most = min(lim.max_frame_bytes, kafka_sasl.MAX_PREAUTH_FRAME_BYTES) if pending else lim.max_frame_bytes
-            if not (1 if pending else kafka_wire.MIN_FRAME_BYTES) <= size <= most:
+            if not (1 if pending else self.min_frame_bytes) <= size <= most:
                 when = " before authentication" if pending else ""
                 self._violation(host, f"frame of {size} bytes (at most {most}{when})")
                 return

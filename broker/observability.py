@@ -153,6 +153,14 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("minikafka_fetches_not_parked",
                                   "Consumer fetches answered at once because fetch.purgatory.max.requests were parked",
                                   value=rm.fetches_not_parked)
+        rfl = getattr(s, "replica_fetch_listener", None)
+        if rfl is not None:
+            yield CounterMetricFamily("minikafka_replica_fetch_listener_requests",
+                                      "Follower fetches answered on the replica fetch listener",
+                                      value=rfl.requests_answered)
+            yield CounterMetricFamily("minikafka_replica_fetch_listener_connections_closed",
+                                      "Replica fetch listener connections closed for a protocol violation",
+                                      value=rfl.closed_for_violation)
         purgatory = GaugeMetricFamily("minikafka_purgatory_size", "Delayed operations waiting",
                                       labels=["purgatory"])
         purgatory.add_metric(["fetch"], len(rm.fetch_purgatory))

@@ -44,6 +44,7 @@ from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.observability import BrokerMetrics, EventBuffer
+from broker.replica_fetch_socket import ReplicaFetchListener
 from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
 from broker.request_guard import ByteBudget, error_response, judge_names
 from broker.security.authorizer import TOPIC, Acl, Resource
@@ -207,6 +208,16 @@ class KafkaServer:
                                sasl=self.gate.kafka_sasl(x), broker_prefix=cfg.broker_principal_prefix)
             self.ports[x.name] = await kl.start()
             self.kafka_listeners.append(kl)
+        # Follower fetches over plain TLS sockets (broker.replica_fetch_socket), on the inter-broker host.
+        self.replica_fetch_port = 0
+        self.replica_fetch_listener: ReplicaFetchListener | None = None
+        if cfg.replica_fetch_listener_port >= 0:
+            rfl = ReplicaFetchListener(cfg.inter_broker_listener.host, cfg.replica_fetch_listener_port, self.apis,
+                                       limits, frame_budget, self.gate.replica_fetch_tls(),
+                                       cfg.broker_principal_prefix)
+            self.replica_fetch_port = await rfl.start()
+            self.replica_fetch_listener = rfl
+            self.kafka_listeners.append(rfl)
         self.port = self.ports[next(r.listener.name for r in self.gate.roles() if not r.inter_broker)
                                if any(not r.inter_broker for r in self.gate.roles())
                                else cfg.inter_broker_listener.name]
@@ -241,7 +252,8 @@ class KafkaServer:
         inter = self.config.inter_broker_listener.name
         ib = next(e for e in endpoints if e.name == inter)
         reg = BrokerRegistration(self.broker_id, ib.host, ib.port, now_ms(), self.config.broker_rack or None,
-                                 endpoints=endpoints, inter_broker_listener=inter)
+                                 endpoints=endpoints, inter_broker_listener=inter,
+                                 replica_fetch_port=self.replica_fetch_port)
         # A znode left by our own previous incarnation (kill -9, quick restart) goes away when its
         # session expires: wait that long before concluding that a live broker holds the id. A
         # ZooKeeper that does not answer (the gateway's retries are bounded) is tried again for as

@@ -115,7 +115,7 @@ class ControllerChannelManager:
 def endpoint(reg: BrokerRegistration) -> pb.BrokerEndpoint:
     """A broker as other brokers see it: its inter-broker address, every listener, its epoch."""
     return pb.BrokerEndpoint(broker_id=reg.broker_id, host=reg.host, port=reg.port, rack=reg.rack or "",
-                             broker_epoch=reg.epoch, listeners=[
+                             broker_epoch=reg.epoch, replica_fetch_port=reg.replica_fetch_port, listeners=[
                                  pb.ListenerEndpoint(name=e.name, host=e.host, port=e.port,
                                                      security_protocol=e.security_protocol) for e in reg.listeners])
 

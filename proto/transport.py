@@ -13,6 +13,7 @@ SCRAM credential it stores (proto.scram).
 from __future__ import annotations
 
 import base64
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,17 @@ class ChannelSecurity:
                                                                    self.sasl_plain_password))
             creds = grpc.composite_channel_credentials(creds, call)
         return creds
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same client side as a Python ``ssl`` context (plain sockets, e.g. the replica fetch
+        listener): the cluster CA, the host name checked, this side's certificate if any."""
+        if not self.is_tls:
+            raise SecurityConfigError(f"{self.security_protocol} has no TLS context")
+        ctx = ssl.create_default_context(cafile=self.ssl_cafile)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.ssl_certfile:
+            ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        return ctx
 
     def channel(self, address: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
         creds = self.credentials()

@@ -66,6 +66,9 @@ class BrokerRegistration:
     # Every listener (an old registration without them has one PLAINTEXT listener at host:port).
     endpoints: tuple[Endpoint, ...] = ()
     inter_broker_listener: str = "PLAINTEXT"
+    # The replica fetch listener's port on ``host`` (broker.replica_fetch_socket); 0: none, followers
+    # fetch over the inter-broker gRPC listener. Kafka has no such key; Kafka's readers ignore it.
+    replica_fetch_port: int = 0
 
     @property
     def address(self) -> str:
@@ -100,6 +103,7 @@ class BrokerIdZNode:
             "listener_security_protocol_map": {e.name: e.security_protocol for e in reg.listeners},
             "inter_broker_listener_name": reg.inter_broker_listener,
             "rack": reg.rack,
+            "replica_fetch_port": reg.replica_fetch_port,
         })
 
     @staticmethod
@@ -113,9 +117,12 @@ class BrokerIdZNode:
                 name, _, address = str(text).partition("://")
                 host, _, port = address.rpartition(":")
                 endpoints.append(Endpoint(name, host, int(port), protocols.get(name, "PLAINTEXT")))
+            replica_fetch_port = int(obj.get("replica_fetch_port") or 0)
+            if not 0 <= replica_fetch_port <= 65535:
+                raise ValueError(f"replica_fetch_port {replica_fetch_port}")
             return BrokerRegistration(broker_id, str(obj["host"]), int(obj["port"]), int(obj["timestamp"]),
                                       obj.get("rack"), epoch, tuple(endpoints),
-                                      str(obj.get("inter_broker_listener_name") or "PLAINTEXT"))
+                                      str(obj.get("inter_broker_listener_name") or "PLAINTEXT"), replica_fetch_port)
         except (KeyError, TypeError, ValueError, AttributeError):
             raise CorruptZnodeError(f"{path}: bad broker registration {obj!r}") from None
 

@@ -109,6 +109,17 @@ class Gatekeeper:
         ctx.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_NONE
         return ctx
 
+    def replica_fetch_tls(self) -> ssl.SSLContext:
+        """The TLS side of the replica fetch listener (``broker.replica_fetch_socket``): mutual TLS
+        with a certificate signed by the cluster CA, as on the inter-broker gRPC listener."""
+        cfg = self.config
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(cfg.ssl_keystore_location)
+        ctx.load_verify_locations(cafile=cfg.ssl_truststore_location)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+
     def kafka_sasl(self, listener: Listener) -> SaslServerConfig | None:
         if listener.security_protocol != SASL_SSL:
             return None

@@ -67,6 +67,8 @@ def test_s12_1_the_inter_broker_plane_is_tls() -> None:
     ({**BASE, "listeners": "CLIENT://h:port"}, "listeners"),
     ({**BASE, "listener.security.protocol.map": "CLIENT:TLS"}, "listener.security.protocol.map"),
     ({**BASE, "log.segment.bytes": "3"}, "log.segment.bytes"),
+    ({**BASE, "replica.fetch.listener.port": "-2"}, "replica.fetch.listener.port"),
+    ({**BASE, "replica.fetch.listener.port": "65536"}, "replica.fetch.listener.port"),
 ])
 def test_bad_configs_name_the_key(props: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
