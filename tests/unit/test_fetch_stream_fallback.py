@@ -41,7 +41,7 @@ class _OldLeaderStub:
 def test_a_leader_without_fetch_stream_is_fetched_from_with_unary_calls() -> None:
     stub = _OldLeaderStub()
     fetcher = object.__new__(ReplicaFetcher)  # only the transport half is exercised
-    fetcher._stub, fetcher._stream, fetcher._unary = stub, None, False
+    fetcher._stub, fetcher._stream, fetcher._unary, fetcher._socket = stub, None, False, None
     fetcher.leader = pb.BrokerEndpoint(broker_id=2)
 
     async def two_fetches() -> list[pb.FetchResponse]:
