@@ -157,6 +157,8 @@ class KafkaServer:
         self.loop = asyncio.get_running_loop()
         t0 = time.monotonic()
         await asyncio.to_thread(self.log_manager.startup, now_ms())
+        # From here on the loop owns the logs; rolled segments are fsynced on the flusher thread.
+        self.log_manager.defer_roll_flushes(asyncio.get_running_loop())
         log.info("broker %d: loaded %d logs in %.2fs (clean shutdown: %s)", self.broker_id, len(self.log_manager),
                  time.monotonic() - t0, all(self.log_manager.had_clean_shutdown.values()))
 

@@ -22,6 +22,16 @@ batch, so a consumer always makes progress).
 Recovery (SPEC S2.4): segments below the recovery point were flushed and are
 trusted; the rest are re-validated and a torn tail is cut off. Retention
 (SPEC S2.3) deletes whole inactive segments below the high watermark.
+
+Rolling a segment makes the old one durable before the recovery point may pass
+it. By default (tools, tests) that fsync happens at once. A broker sets
+``defer_roll_flush``, as Kafka schedules its flush-log task: the roll queues a
+``RolledSegment`` (a duplicate of the segment's file descriptor, so the fsync
+stays valid whatever happens to the segment meanwhile) in ``rolled_unflushed``,
+the log manager fsyncs it on its flusher thread - a 1 GiB segment's dirty pages
+no longer stall the event loop - and hands it back to ``on_rolled_flushed``,
+which moves the recovery point only if no truncation came in between (the
+offsets the fsync covered may since have been cut off and written again).
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import bisect
 import logging
 import shutil
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +82,18 @@ logger = logging.getLogger(__name__)
 
 # The largest offset a log may reach (Kafka's Long.MaxValue, less one so LEO stays an int64).
 MAX_OFFSET = (1 << 63) - 2
+
+
+MAX_ROLLS_IN_FLIGHT = 8
+
+
+@dataclass(frozen=True, slots=True)
+class RolledSegment:
+    """A rolled segment waiting for its fsync: everything below ``up_to`` is in it or before it."""
+
+    fd: int  # a duplicate of the segment's descriptor, closed by whoever fsyncs it
+    up_to: int
+    truncations: int  # the log's truncation count when it rolled
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +142,14 @@ class Log:
         # Idempotent producers' state, derived from batch headers; rebuilt lazily after
         # a restart or a truncation.
         self._producer_state: ProducerStateManager | None = None
+        # Rolled segments' fsyncs off the event loop (see the module docstring): ``on_roll`` is
+        # told of each (the log manager queues its fsync); past MAX_ROLLS_IN_FLIGHT unfinished
+        # ones the roll flushes at once, so descriptors and unflushed data stay bounded.
+        self.defer_roll_flush = False
+        self.on_roll: Callable[[Log], None] | None = None
+        self.rolled_unflushed: list[RolledSegment] = []
+        self.rolls_in_flight = 0
+        self._truncations = 0
 
     # ------------------------------------------------------------ opening
 
@@ -372,9 +402,31 @@ class Log:
 
     def _roll(self, base_offset: int, now_ms: int) -> LogSegment:
         old = self._segments[-1]
-        old.on_become_inactive()  # flushes: everything below the new segment is durable
-        self.recovery_point = max(self.recovery_point, old.next_offset)
+        if self.defer_roll_flush and self.rolls_in_flight < MAX_ROLLS_IN_FLIGHT:
+            old.on_become_inactive(flush_data=False)
+            self.rolled_unflushed.append(RolledSegment(old.dup_fd(), old.next_offset, self._truncations))
+            self.rolls_in_flight += 1
+            if self.on_roll is not None:
+                self.on_roll(self)
+        elif self.defer_roll_flush:
+            old.on_become_inactive(flush_data=False)
+            self.flush()  # also covers the rolled segments still in flight
+        else:
+            old.on_become_inactive()  # flushes: everything below the new segment is durable
+            self.recovery_point = max(self.recovery_point, old.next_offset)
         return self._add_segment(base_offset, now_ms)
+
+    def take_rolled_unflushed(self) -> list[RolledSegment]:
+        out, self.rolled_unflushed = self.rolled_unflushed, []
+        return out
+
+    def on_rolled_flushed(self, rolled: RolledSegment, ok: bool = True) -> None:
+        """``rolled`` is on disk (fsynced in the order it rolled): the recovery point may pass it,
+        unless the log was truncated since - then what it covered may have been written again.
+        ``ok=False``: the fsync failed; the recovery point stays (a crash recovers from there)."""
+        self.rolls_in_flight = max(0, self.rolls_in_flight - 1)
+        if ok and rolled.truncations == self._truncations:
+            self.recovery_point = max(self.recovery_point, min(rolled.up_to, self.log_end_offset))
 
     # ------------------------------------------------------------ reads
 
@@ -472,6 +524,7 @@ class Log:
         self._after_truncation()
 
     def _after_truncation(self) -> None:
+        self._truncations += 1  # a rolled segment's pending fsync may no longer cover what is there
         self._producer_state = None  # derived from the log: rebuilt from what remains when needed
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)

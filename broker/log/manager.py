@@ -20,6 +20,8 @@ a topic name is checked to lie directly inside its log directory (S13.3).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import fcntl
 import logging
@@ -27,6 +29,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
@@ -41,7 +44,7 @@ from broker.log.checkpoint import (
     write_offsets,
 )
 from broker.log.config import LogConfig
-from broker.log.log import Log, parse_topic_partition
+from broker.log.log import Log, RolledSegment, parse_topic_partition
 from proto.errors import InvalidTopicError, KafkaStorageError
 from proto.names import topic_name_error, validate_partition
 
@@ -75,6 +78,9 @@ class LogManager:
         self.had_clean_shutdown: dict[Path, bool] = {}
         # Logs moved aside at start-up because they could not be loaded (minikafka_log_quarantined_total).
         self.quarantined = 0
+        # Rolled segments are fsynced here, in roll order, once the broker calls defer_roll_flushes.
+        self._flusher: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------ start-up
 
@@ -121,11 +127,38 @@ class LogManager:
                 except Exception as e:
                     self._quarantine(Path(entry.path), f"cannot be loaded: {e!r}")
                     continue
+                self._defer(log)
                 self._logs[tp] = log
                 self._dir_of[tp] = d
             # From here on a crash must be detected: the marker goes until the next clean stop.
             marker.unlink(missing_ok=True)
         self.checkpoint_recovery_points()
+
+    def defer_roll_flushes(self, loop: asyncio.AbstractEventLoop) -> None:
+        """From now on a rolled segment is fsynced on one flusher thread, not on ``loop`` (which
+        owns the logs and gets the results back): Kafka's flush-log task at roll."""
+        self._loop = loop
+        self._flusher = ThreadPoolExecutor(1, thread_name_prefix="log-flusher")
+        for log in self._logs.values():
+            self._defer(log)
+
+    def _defer(self, log: Log) -> None:
+        if self._flusher is not None:
+            log.defer_roll_flush = True
+            log.on_roll = self._on_roll
+
+    def _on_roll(self, log: Log) -> None:
+        assert self._flusher is not None and self._loop is not None
+        loop = self._loop
+        for rolled in log.take_rolled_unflushed():
+            def done(f: Future[None], log: Log = log, rolled: RolledSegment = rolled) -> None:
+                ok = f.exception() is None
+                if not ok:
+                    logger.error("%s-%d: fsync of the segment rolled at %d failed: %r; the recovery point "
+                                 "stays", log.topic, log.partition, rolled.up_to, f.exception())
+                with contextlib.suppress(RuntimeError):  # the loop is gone: shutdown flushed everything
+                    loop.call_soon_threadsafe(log.on_rolled_flushed, rolled, ok)
+            self._flusher.submit(_fsync_and_close, rolled.fd).add_done_callback(done)
 
     def _quarantine(self, path: Path, reason: str) -> None:
         doomed = path.with_name(f"{path.name}.{uuid.uuid4().hex}{QUARANTINE_SUFFIX}")
@@ -179,6 +212,7 @@ class LogManager:
         log = Log.open(self._replica_dir(d, topic, partition), topic, partition,
                        config or self._config_for_topic(topic), now_ms=now_ms)
         fsync_dir(d)
+        self._defer(log)
         self._logs[tp] = log
         self._dir_of[tp] = d
         return log
@@ -249,6 +283,8 @@ class LogManager:
         for d in self.log_dirs:
             write_atomically(d / CLEAN_SHUTDOWN_FILE, b"")
         self._release()
+        if self._flusher is not None:
+            self._flusher.shutdown(wait=True)  # the logs are flushed: what is left only closes descriptors
 
     def _release(self) -> None:
         for f in self._locks:
@@ -265,6 +301,15 @@ class LogManager:
                 seg.abandon()
         self._logs.clear()
         self._release()
+        if self._flusher is not None:
+            self._flusher.shutdown(wait=False)
+
+
+def _fsync_and_close(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _read_offsets_or_empty(path: Path) -> dict[TopicPartition, int] | None:

@@ -366,9 +366,19 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         return removed
 
-    def on_become_inactive(self) -> None:
+    def on_become_inactive(self, flush_data: bool = True) -> None:
+        """The last time index entry, and the flush (``flush_data=False``: the indexes only; the
+        caller fsyncs the data through ``dup_fd``)."""
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        self.flush()
+        if flush_data:
+            self.flush()
+        else:
+            self.index.flush()
+            self.time_index.flush()
+
+    def dup_fd(self) -> int:
+        """A duplicate of the data file's descriptor: valid after this segment is closed or deleted."""
+        return os.dup(self._fd)
 
     @property
     def largest_timestamp(self) -> int:

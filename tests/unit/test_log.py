@@ -472,3 +472,81 @@ def test_s13_4_more_than_iov_max_batches_in_one_append(tmp_path: Path) -> None:
     info = log.append_as_leader(many, 0, 0)
     assert info.batch_count == 1500 and log.log_end_offset == 1500
     assert values(log.read(0, 1 << 24)) == [f"b{i}" for i in range(1500)]
+
+
+# ------------------------------------------------------------ rolled segments' fsync off the loop
+
+
+def test_a_deferred_roll_moves_the_recovery_point_only_once_the_segment_is_fsynced(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(segment_bytes=600))
+    log.defer_roll_flush = True
+    told: list[int] = []
+    log.on_roll = lambda lg: told.append(len(lg.rolled_unflushed))
+    while len(log.segments) == 1:
+        fill(log, 1)
+    assert told == [1]
+    assert log.recovery_point == 0  # not yet durable: a crash now recovers the old segment too
+    (rolled,) = log.take_rolled_unflushed()
+    assert rolled.up_to == log.segments[1].base_offset and log.rolls_in_flight == 1
+    os.fsync(rolled.fd)
+    os.close(rolled.fd)
+    log.on_rolled_flushed(rolled)
+    assert log.recovery_point == rolled.up_to and log.rolls_in_flight == 0
+
+
+def test_a_truncation_before_the_fsync_completes_keeps_the_recovery_point(tmp_path: Path) -> None:
+    log = open_log(tmp_path, LogConfig(segment_bytes=600))
+    log.defer_roll_flush = True
+    while len(log.segments) == 1:
+        fill(log, 1)
+    (rolled,) = log.take_rolled_unflushed()
+    log.truncate_to(rolled.up_to - 2)  # into the rolled segment: it is written again from there
+    fill(log, 1)
+    os.close(rolled.fd)
+    log.on_rolled_flushed(rolled)
+    assert log.recovery_point == 0
+    # A failed fsync moves nothing either; a full flush still covers everything.
+    log.flush()
+    assert log.recovery_point == log.log_end_offset
+
+
+def test_rolls_past_the_in_flight_bound_flush_at_once(tmp_path: Path) -> None:
+    from broker.log.log import MAX_ROLLS_IN_FLIGHT
+
+    log = open_log(tmp_path, LogConfig(segment_bytes=300))
+    log.defer_roll_flush = True
+    while log.rolls_in_flight < MAX_ROLLS_IN_FLIGHT:
+        fill(log, 1)
+    assert log.recovery_point == 0
+    segments = len(log.segments)
+    while len(log.segments) == segments:
+        fill(log, 1)
+    assert log.rolls_in_flight == MAX_ROLLS_IN_FLIGHT  # nothing new in flight: flushed synchronously
+    assert log.recovery_point == log.segments[-1].base_offset
+    for rolled in log.take_rolled_unflushed():
+        os.close(rolled.fd)
+
+
+def test_the_log_manager_fsyncs_rolled_segments_on_its_flusher_thread(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    async def run() -> tuple[int, int]:
+        m = LogManager([tmp_path], LogConfig(segment_bytes=600))
+        m.startup(0)
+        m.defer_roll_flushes(asyncio.get_running_loop())
+        log = m.get_or_create_log("topic", 0, 0)
+        while len(log.segments) == 1:
+            fill(log, 1)
+        rolled_at = log.segments[-1].base_offset
+        for _ in range(200):  # bounded: the flusher thread answers within milliseconds
+            if log.recovery_point:
+                break
+            await asyncio.sleep(0.01)
+        assert any(t.name.startswith("log-flusher") for t in threading.enumerate())
+        recovery_point = log.recovery_point
+        await asyncio.to_thread(m.shutdown)
+        return rolled_at, recovery_point
+
+    rolled_at, recovery_point = asyncio.run(run())
+    assert recovery_point == rolled_at
