@@ -253,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tls", action="store_true", help="also RF=3 acks=all with clients on TLS + SCRAM (--secure)")
     ap.add_argument("--no-librdkafka", action="store_true",
                     help="skip the librdkafka (confluent_kafka.Producer) figure at the Kafka listener")
+    ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker config for both clusters (repeatable), e.g. log.segment.bytes=67108864")
     ap.add_argument("--grpc-replication", action="store_true",
                     help="followers fetch over gRPC FetchStream (replica.fetch.listener.port=-1), for comparison")
     ap.add_argument("--json", action="store_true")
@@ -266,6 +268,11 @@ def main() -> None:
     overrides = {"zookeeper.session.timeout.ms": "10000"}
     if args.grpc_replication:
         overrides["replica.fetch.listener.port"] = "-1"
+    for item in args.broker_config:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--broker-config {item!r}: expected KEY=VALUE")
+        overrides[key.strip()] = value.strip()
     cluster = LocalCluster(root / "cluster", broker_overrides=overrides)
     try:
         state = cluster.up(3)
