@@ -471,10 +471,19 @@ class Producer:
         return max(0.0, (drained.next_ready_ms - now_ms) / 1000.0)
 
     async def _refresh_metadata(self, topics: list[str]) -> None:
+        if self._closed:
+            # A send failing because close() is tearing the streams down asks for a refresh: nothing
+            # will use it, and the loop's executor may already be shut down ("cannot schedule new
+            # futures after shutdown", printed as a task exception nobody retrieved).
+            return
         try:
             await asyncio.to_thread(self._refresh_metadata_sync, topics)
         except errors.KafkaError as e:
             log.debug("metadata refresh failed: %s", e)
+        except RuntimeError:
+            if not self._closed:
+                raise
+            return
         if self._wake is not None:
             self._wake.set()
 

@@ -94,3 +94,18 @@ def test_the_producer_core_passes_on_the_pure_python_codec() -> None:
                          text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and " failed" not in run.stdout
+
+
+def test_a_metadata_refresh_asked_for_while_closing_does_nothing() -> None:
+    # close() tears the streams down; the failed sends ask for a refresh that must not reach the
+    # loop's executor, which may be shut down already (a task exception nobody retrieved, on stderr).
+    import asyncio
+
+    from client.producer import Producer
+
+    producer = object.__new__(Producer)  # only the refresh is exercised: no connection
+    producer._closed, producer._wake = True, None
+    asked: list[list[str]] = []
+    producer._refresh_metadata_sync = asked.append  # type: ignore[method-assign]
+    asyncio.run(producer._refresh_metadata(["t"]))
+    assert asked == []
