@@ -59,6 +59,8 @@ def test_compose_brokers_match_the_local_launcher() -> None:
             assert client.host == internal.host == name
             assert client.security_protocol == ("SASL_SSL" if secure else "PLAINTEXT")
             assert cfg.inter_broker_listener.name == "INTERNAL" and internal.security_protocol == "SSL"
+            # Followers fetch on a fixed port beside INTERNAL (never published, checked below).
+            assert cfg.replica_fetch_listener_port == int(f"{cfg.broker_id}9095")
             # The Kafka protocol listener, advertised under the broker's name: PLAINTEXT on the plain
             # cluster, SASL_SSL on the secure one (broker.config refuses anything weaker there).
             assert [(x.name, x.host, x.security_protocol) for x in cfg.advertised_kafka_listener_list] == \
