@@ -480,10 +480,6 @@ class Producer:
             await asyncio.to_thread(self._refresh_metadata_sync, topics)
         except errors.KafkaError as e:
             log.debug("metadata refresh failed: %s", e)
-        except RuntimeError:
-            if not self._closed:
-                raise
-            return
         if self._wake is not None:
             self._wake.set()
 

@@ -48,6 +48,15 @@ def create_topic(view: ClusterView, name: str, partitions: int = 1, replication_
     return result
 
 
+def ready_topic(fx: ClusterFixture, topic: str, rf: int = 3, **configs: str) -> tuple[int, int]:
+    """Create a one-partition topic and wait until it is led with a full ISR: (leader, leader epoch)."""
+    view = fx.view()
+    res = create_topic(view, topic, partitions=1, replication_factor=rf, configs=configs)
+    assert res.error_code == pb.ErrorCode.NONE, res.error_message
+    return wait_for(lambda: (lambda le: le if le[0] >= 0 and len(isr_of(view, topic, 0)) == rf else None)(
+        leader_of(view, topic, 0)), what=f"{topic} led with a full ISR")
+
+
 def batch_of(values: list[str], ts: int | None = None) -> bytes:
     t = ts if ts is not None else int(time.time() * 1000)
     return encode_batch([Record(value=v.encode(), timestamp=t + i) for i, v in enumerate(values)])

@@ -100,24 +100,20 @@ class Gatekeeper:
         is required on SSL listeners with ``ssl.client.auth=required``, as on the gRPC ones."""
         if listener.security_protocol not in (SSL, SASL_SSL):
             return None
+        return self._server_tls(listener.security_protocol == SSL and self.config.ssl_client_auth == "required")
+
+    def replica_fetch_tls(self) -> ssl.SSLContext:
+        """The TLS side of the replica fetch listener (``broker.replica_fetch_socket``): mutual TLS
+        with a certificate signed by the cluster CA, as on the inter-broker gRPC listener."""
+        return self._server_tls(require_client_cert=True)
+
+    def _server_tls(self, require_client_cert: bool) -> ssl.SSLContext:
         cfg = self.config
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(cfg.ssl_keystore_location)  # one PEM: chain and key (``minikafka certs``)
         ctx.load_verify_locations(cafile=cfg.ssl_truststore_location)
-        required = listener.security_protocol == SSL and cfg.ssl_client_auth == "required"
-        ctx.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_NONE
-        return ctx
-
-    def replica_fetch_tls(self) -> ssl.SSLContext:
-        """The TLS side of the replica fetch listener (``broker.replica_fetch_socket``): mutual TLS
-        with a certificate signed by the cluster CA, as on the inter-broker gRPC listener."""
-        cfg = self.config
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(cfg.ssl_keystore_location)
-        ctx.load_verify_locations(cafile=cfg.ssl_truststore_location)
-        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_NONE
         return ctx
 
     def kafka_sasl(self, listener: Listener) -> SaslServerConfig | None:

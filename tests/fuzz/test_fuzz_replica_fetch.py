@@ -29,19 +29,13 @@ INT64 = (-(1 << 63), (1 << 63) - 1)
 KNOWN_CODES = set(pb.ErrorCode.values())
 
 
-def _registrations(fuzz: Harness) -> dict[int, tuple[int, int]]:
+def _registrations(zk: KazooClient, broker_ids: list[int]) -> dict[int, tuple[int, int]]:
     """broker id -> (replica fetch port, broker epoch), as registered in ZooKeeper now."""
-    zk = KazooClient(fuzz.cluster.state.zookeeper_connect, timeout=10)
-    zk.start(timeout=10)
-    try:
-        out = {}
-        for b in fuzz.broker_ids:
-            data, stat = zk.get(BrokerIdZNode.path(b))
-            out[b] = (BrokerIdZNode.decode(b, data).replica_fetch_port, stat.czxid)
-        return out
-    finally:
-        zk.stop()
-        zk.close()
+    out = {}
+    for b in broker_ids:
+        data, stat = zk.get(BrokerIdZNode.path(b))
+        out[b] = (BrokerIdZNode.decode(b, data).replica_fetch_port, stat.czxid)
+    return out
 
 
 def _exchange(port: int, tls: ssl.SSLContext, frame: bytes) -> bytes | None:
@@ -63,6 +57,10 @@ def _exchange(port: int, tls: ssl.SSLContext, frame: bytes) -> bytes | None:
 
 def test_hostile_replica_fetch_frames(fuzz: Harness) -> None:
     secrets = Path(fuzz.cluster.state.secrets)
+    # One session for the whole test; registrations are read per example (a restarted leader
+    # has a new port and epoch).
+    zk = KazooClient(fuzz.cluster.state.zookeeper_connect, timeout=10)
+    zk.start(timeout=10)
 
     @fuzz_settings(40)
     @given(raw=st.none() | st.binary(max_size=64),
@@ -84,7 +82,7 @@ def test_hostile_replica_fetch_frames(fuzz: Harness) -> None:
             leader = fuzz.leader_of(topic)
             if leader < 0:
                 return
-            regs = _registrations(fuzz)
+            regs = _registrations(zk, fuzz.broker_ids)
             port = regs[leader][0]
             follower = next(b for b in fuzz.broker_ids if b != leader)
             tls = ChannelSecurity("SSL", ssl_cafile=str(secrets / "ca.pem"),
@@ -114,4 +112,8 @@ def test_hostile_replica_fetch_frames(fuzz: Harness) -> None:
             codes = {resp.error_code} | {p.error_code for t in resp.topics for p in t.partitions}
             if not codes <= KNOWN_CODES:
                 raise FuzzFailure(f"untyped codes {sorted(codes - KNOWN_CODES)}")
-    run()
+    try:
+        run()
+    finally:
+        zk.stop()
+        zk.close()

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import batch_of, create_topic, isr_of, leader_of, produce, wait_for
+from helpers import batch_of, isr_of, produce, ready_topic
 from kazoo.client import KazooClient
 from test_observability import scrape
 
@@ -25,15 +25,6 @@ from proto.zk_data import BrokerIdZNode, BrokerRegistration
 
 pytestmark = pytest.mark.integration
 E = pb.ErrorCode
-
-
-def _ready(fx, topic: str) -> int:  # type: ignore[no-untyped-def]
-    view = fx.view()
-    assert create_topic(view, topic, partitions=1, replication_factor=3,
-                        configs={"min.insync.replicas": "2"}).error_code == E.NONE
-    leader, _ = wait_for(lambda: (lambda le: le if le[0] >= 0 and len(isr_of(view, topic, 0)) == 3 else None)(
-        leader_of(view, topic, 0)), what=f"{topic} led with a full ISR")
-    return int(leader)
 
 
 def _registration(zk: KazooClient, broker_id: int) -> BrokerRegistration:
@@ -77,7 +68,7 @@ def _closed_after(port: int, tls: ssl.SSLContext, frame: bytes) -> bool:
 def test_s12_1_followers_fetch_over_the_replica_fetch_listener_which_serves_brokers_only(  # type: ignore[no-untyped-def]
         cluster, zk_client: KazooClient, tmp_path: Path) -> None:
     c = cluster.start(3)
-    leader = _ready(cluster, "sock")
+    leader, _ = ready_topic(cluster, "sock", **{"min.insync.replicas": "2"})
     view = cluster.view()
     conn, _ = view.leader_connection("sock", 0)
     assert produce(conn, "sock", 0, batch_of(["committed"])).error_code == E.NONE  # acks=all, min ISR 2
@@ -131,7 +122,7 @@ def test_s12_1_followers_fetch_over_the_replica_fetch_listener_which_serves_brok
 
 def test_followers_fetch_over_grpc_when_the_listener_is_off(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
     c = cluster.start(3, replica_fetch_listener_port="-1")
-    leader = _ready(cluster, "grpc")
+    leader, _ = ready_topic(cluster, "grpc", **{"min.insync.replicas": "2"})
     assert _registration(zk_client, leader).replica_fetch_port == 0
     conn, _ = cluster.view().leader_connection("grpc", 0)
     assert produce(conn, "grpc", 0, batch_of(["over grpc"])).error_code == E.NONE
@@ -142,7 +133,7 @@ def test_followers_fetch_over_grpc_when_the_listener_is_off(cluster, zk_client: 
 
 def test_an_unreachable_replica_fetch_listener_falls_back_to_grpc(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
     c = cluster.start(3)
-    leader = _ready(cluster, "fallback")
+    leader, _ = ready_topic(cluster, "fallback", **{"min.insync.replicas": "2"})
     conn, _ = cluster.view().leader_connection("fallback", 0)
     assert produce(conn, "fallback", 0, batch_of(["x"])).error_code == E.NONE
     follower = next(b for b in (1, 2, 3) if b != leader)

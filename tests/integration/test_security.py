@@ -25,6 +25,7 @@ from helpers import (
     leader_of,
     produce,
     read_values,
+    ready_topic,
     wait_for,
 )
 from kazoo.client import KazooClient
@@ -42,14 +43,6 @@ from proto.transport import ChannelSecurity
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _ready(fx: ClusterFixture, topic: str, rf: int = 3, **configs: str) -> tuple[int, int]:
-    view = fx.view()
-    res = create_topic(view, topic, partitions=1, replication_factor=rf, configs=configs)
-    assert res.error_code == E.NONE, res.error_message
-    return wait_for(lambda: (lambda le: le if le[0] >= 0 and len(isr_of(view, topic, 0)) == rf else None)(
-        leader_of(view, topic, 0)), what=f"{topic} led with a full ISR")
 
 
 def _internal(fx: ClusterFixture, broker_id: int) -> str:
@@ -74,7 +67,7 @@ def _forged_leader_and_isr(topic: str, new_leader: int, leader_epoch: int, contr
 
 def test_control_plane_requests_from_non_brokers_are_refused(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     c = cluster.start(3)
-    leader, epoch = _ready(cluster, "guarded")
+    leader, epoch = ready_topic(cluster, "guarded")
     view = cluster.view()
     md = view.refresh(["guarded"])
     follower = next(b for b in (1, 2, 3) if b != leader)
@@ -121,7 +114,7 @@ def test_control_plane_requests_from_non_brokers_are_refused(cluster, tmp_path: 
 
 def test_s12_2_even_a_broker_cannot_skip_the_epoch_checks(cluster) -> None:  # type: ignore[no-untyped-def]
     c = cluster.start(3)
-    leader, epoch = _ready(cluster, "epochs")
+    leader, epoch = ready_topic(cluster, "epochs")
     md = cluster.view().refresh(["epochs"])
     follower = next(b for b in (1, 2, 3) if b != leader)
     other = next(b for b in (1, 2, 3) if b not in (md.controller_id,))
@@ -152,7 +145,7 @@ def test_a_forged_follower_fetch_cannot_acknowledge_data(cluster) -> None:  # ty
     # Followers paused but still registered and in the ISR (long session, long lag limit): only their
     # fetches could commit the pending record.
     c = cluster.start(3, replica_lag_time_max_ms="60000", zookeeper_session_timeout_ms="30000")
-    leader, _ = _ready(cluster, "acked", **{"min.insync.replicas": "2"})
+    leader, _ = ready_topic(cluster, "acked", **{"min.insync.replicas": "2"})
     view = cluster.view()
     conn, _ = view.leader_connection("acked", 0)
     assert produce(conn, "acked", 0, batch_of(["committed"])).error_code == E.NONE
@@ -228,7 +221,7 @@ def test_reflection_and_describe_configs_reveal_nothing_internal(cluster) -> Non
 
 def test_s12_4_zookeeper_znodes_are_writable_only_by_brokers(cluster, zk_connect: str) -> None:  # type: ignore[no-untyped-def]
     cluster.start(1)
-    _ready(cluster, "zkacl", rf=1)
+    ready_topic(cluster, "zkacl", rf=1)
     stray = KazooClient(hosts=zk_connect, timeout=10)
     stray.start(timeout=10)
     try:
