@@ -56,6 +56,9 @@ class KafkaApis:
         s = server
         rm, admin, groups = s.replica_manager, s.admin, s.group_apis
         self.metrics = s.metrics.requests
+        # API name -> (its latency histogram's observe, its request counter's inc): prometheus_client's
+        # labels() takes a lock and builds the label key on every call, twice per request.
+        self._per_api: dict[str, tuple[Callable[[float], None], Callable[[], None]]] = {}
         self._append_produce = rm.append_produce
         # API name (as in metrics and error_response) -> handler of the protobuf request.
         self.handlers: dict[str, Handler] = {
@@ -107,12 +110,16 @@ class KafkaApis:
         return asyncio.get_running_loop().create_task(self._answered("Produce", request, finish, start))
 
     async def _answered(self, api: str, request: Any, call: Awaitable[Any], start: float) -> Any:
-        m = self.metrics
         resp = await answer_typed(api, call, request)
-        m.latency.labels(api).observe(time.perf_counter() - start)
-        m.requests.labels(api).inc()
+        counted = self._per_api.get(api)
+        if counted is None:
+            m = self.metrics
+            counted = self._per_api[api] = (m.latency.labels(api).observe, m.requests.labels(api).inc)
+        observe, inc = counted
+        observe(time.perf_counter() - start)
+        inc()
         for code in partition_errors(resp):
-            m.errors.labels(api, E.Name(code)).inc()
+            self.metrics.errors.labels(api, E.Name(code)).inc()
         return resp
 
 

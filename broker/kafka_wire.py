@@ -138,6 +138,11 @@ def peek_header(frame: bytes) -> Header:
     return Header(api_key, version, correlation_id, client_id)
 
 
+def api_key_of(frame: bytes) -> int:
+    """A request frame's api key (-1 if it is too short to hold one), before decoding it."""
+    return int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
+
+
 def decode_request(frame: bytes) -> Decoded:
     """One request frame (without its size prefix). Raises ``UnsupportedVersion`` for an
     ApiVersions the broker does not know (answered, not fatal), ProtocolError otherwise."""

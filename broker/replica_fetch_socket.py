@@ -93,6 +93,7 @@ class ReplicaFetchListener(KafkaListener):
     """The leader's side: the Kafka listener's bounded socket server, answering FollowerFetch frames."""
 
     min_frame_bytes = REQUEST_HEADER_BYTES
+    pipelines_produce = False  # FollowerFetch frames only, one at a time
 
     def __init__(self, host: str, port: int, apis: KafkaApis, limits: ListenerLimits, budget: ByteBudget,
                  tls: ssl.SSLContext, broker_prefix: str = DEFAULT_BROKER_PREFIX) -> None:

@@ -466,7 +466,7 @@ class Producer:
         if drained.unknown_leader_topics:
             self._loop.create_task(self._refresh_metadata(sorted(drained.unknown_leader_topics)))
         for leader, batches in drained.ready.items():
-            self._loop.create_task(self._send_to_leader(leader, batches))
+            self._send_to_leader(leader, batches)
         # 0 when more is ready: the loop first runs the sends just scheduled, then drains again.
         return max(0.0, (drained.next_ready_ms - now_ms) / 1000.0)
 
@@ -483,7 +483,9 @@ class Producer:
         if self._wake is not None:
             self._wake.set()
 
-    async def _send_to_leader(self, leader: int, batches: list[ProducerBatch]) -> None:
+    def _send_to_leader(self, leader: int, batches: list[ProducerBatch]) -> None:
+        """Close ``batches`` and hand them to ``leader``'s stream now, in this loop iteration: a task
+        per leader (and gather's per request) cost the write a loop iteration each, on every request."""
         # Several requests if the batches exceed max_request_size; each holds one batch per partition.
         address = self._view.brokers.get(leader)
         chunks: list[list[ProducerBatch]] = [[]]
@@ -496,9 +498,12 @@ class Producer:
                 size = 0
             chunks[-1].append(b)
             size += len(payload)
-        await asyncio.gather(*(self._send_request(address, chunk) for chunk in chunks if chunk))
+        for chunk in chunks:
+            if chunk:
+                self._send_request(address, chunk)
 
-    async def _send_request(self, address: str | None, batches: list[ProducerBatch]) -> None:
+    def _send_request(self, address: str | None, batches: list[ProducerBatch]) -> None:
+        """Send one request (in order on the broker's stream); a task waits for its answer."""
         req = pb.ProduceRequest(acks=self.acks, timeout_ms=int(self.request_timeout_s * 1000))
         by_topic: dict[str, pb.ProduceTopicData] = {}
         for b in batches:
@@ -514,10 +519,19 @@ class Producer:
                 call: Awaitable[pb.ProduceResponse] = stream.send(req)
             else:
                 call = self._stub(address).Produce(req, timeout=self.request_timeout_s + 5)
+        except (grpc.aio.AioRpcError, errors.KafkaError, ConnectionError) as e:
+            self._request_failed(address, batches, e)
+            return
+        if self.acks == 0:
+            # acks=0: done once handed to the network; the answer (if any) is ignored.
+            for b in batches:
+                self._finish(b, -1, None)
+        self._loop.create_task(self._complete_request(address, batches, req, call, stream))
+
+    async def _complete_request(self, address: str, batches: list[ProducerBatch], req: pb.ProduceRequest,
+                                call: Awaitable[pb.ProduceResponse], stream: ProduceStream | None) -> None:
+        try:
             if self.acks == 0:
-                # acks=0: done once handed to the network; the answer (if any) is ignored.
-                for b in batches:
-                    self._finish(b, -1, None)
                 try:
                     await call
                 except (grpc.aio.AioRpcError, ConnectionError):
@@ -525,14 +539,7 @@ class Producer:
                 return
             resp = await self._answer(address, req, call, stream)
         except (grpc.aio.AioRpcError, errors.KafkaError, ConnectionError) as e:
-            if isinstance(e, errors.KafkaError):
-                err = e
-            elif isinstance(e, grpc.aio.AioRpcError):
-                err = rpc_error(e, address or "?")
-            else:
-                err = errors.NetworkError(f"{address}: {e}")
-            for b in batches:
-                self._retry_or_fail(b, err)
+            self._request_failed(address, batches, e)
             return
         results = {(t.name, p.partition): p for t in resp.topics for p in t.partitions}
         for b in batches:
@@ -543,6 +550,17 @@ class Producer:
                 self._finish(b, pr.base_offset if self.acks != 0 else -1, None)
             else:
                 self._retry_or_fail(b, errors.for_code(pr.error_code)(pr.error_message))
+
+    def _request_failed(self, address: str | None, batches: list[ProducerBatch],
+                        e: grpc.aio.AioRpcError | errors.KafkaError | ConnectionError) -> None:
+        if isinstance(e, errors.KafkaError):
+            err = e
+        elif isinstance(e, grpc.aio.AioRpcError):
+            err = rpc_error(e, address or "?")
+        else:
+            err = errors.NetworkError(f"{address}: {e}")
+        for b in batches:
+            self._retry_or_fail(b, err)
 
     def _produce_stream(self, address: str) -> ProduceStream:
         stream = self._produce_streams.get(address)
@@ -559,7 +577,10 @@ class Producer:
         if stream is None:
             return await call
         try:
-            return await asyncio.wait_for(call, self.request_timeout_s + 5)
+            # asyncio.timeout, not wait_for: wait_for resumes this task one loop iteration after
+            # the answer arrives (it waits on a second future that the answer's callback completes).
+            async with asyncio.timeout(self.request_timeout_s + 5):
+                return await call
         except TimeoutError:
             error = errors.RequestTimedOutError(f"{address}: no answer within request_timeout_ms")
             stream.fail(error)

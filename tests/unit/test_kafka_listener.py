@@ -34,6 +34,14 @@ class StubApis:
         return pb.MetadataResponse(cluster_id="c", controller_id=1, brokers=[
             pb.BrokerEndpoint(broker_id=1, host="127.0.0.1", port=9392)])
 
+    async def begin_produce(self, request: Any, ctx: Any) -> asyncio.Task[Any]:
+        """A Produce with acks=1/all: appended now (recorded), answered by the returned task."""
+        self.calls.append(("Produce", request, ctx))
+        return asyncio.get_running_loop().create_task(self.finish_produce(request))
+
+    async def finish_produce(self, request: Any) -> Any:
+        return pb.ProduceResponse()
+
 
 def listener(limits: ListenerLimits = LIMITS, apis: StubApis | None = None) -> KafkaListener:
     return KafkaListener(KAFKA, apis or StubApis(), limits)  # type: ignore[arg-type]
@@ -75,6 +83,109 @@ def test_pipelined_requests_are_answered_in_order_and_acks_zero_not_at_all() -> 
         ctx = apis.calls[0][2]
         assert (ctx.listener, str(ctx.principal), ctx.inter_broker) == ("KAFKA", "User:ANONYMOUS", False)
         w.close()
+        await kl.stop()
+
+    asyncio.run(go())
+
+
+class HeldApis(StubApis):
+    """Every acks=1/all Produce is appended at once and answered only once ``release`` is set, as an
+    acks=all produce waits for its followers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def finish_produce(self, request: Any) -> Any:
+        await self.release.wait()
+        return pb.ProduceResponse(topics=[pb.ProduceTopicResponse(name="t", partitions=[
+            pb.ProducePartitionResponse(partition=0, base_offset=len(self.calls))])])
+
+
+def _produce(correlation_id: int, acks: int = -1) -> bytes:
+    return _sized(frame(0, 9, {"acks": acks, "timeout": 30000, "topic_data": [{"name": "t", "partition_data": [
+        {"index": 0, "records": b"r"}]}]}, correlation_id=correlation_id))
+
+
+async def _until(check: Any, what: str) -> None:
+    for _ in range(250):  # bounded: 5 s
+        if check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"not within 5 s: {what}")
+
+
+def test_a_produce_is_appended_while_the_answers_before_it_wait_and_other_requests_wait_their_turn() -> None:
+    """Produce with acks=1/all is appended on arrival, answered in order once its acks are in (as on a
+    gRPC ProduceStream); a request of another API runs only after every earlier answer is written."""
+    async def go() -> None:
+        apis = HeldApis()
+        kl = listener(apis=apis)
+        port = await kl.start()
+        r, w = await _open(port)
+        w.write(_produce(1) + _produce(2, acks=1) + _sized(frame(3, 9, correlation_id=3)))
+        await w.drain()
+        # Both produces are appended although the first has no answer yet; Metadata waits its turn.
+        await _until(lambda: [c[0] for c in apis.calls] == ["Produce", "Produce"], "both produces appended")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(r.readexactly(1), 0.3)
+        assert [c[0] for c in apis.calls] == ["Produce", "Produce"]
+        apis.release.set()
+        answers = [read_response(await _response(r), 0, 9), read_response(await _response(r), 0, 9)]
+        assert [cid for cid, _ in answers] == [1, 2]
+        assert read_response(await _response(r), 3, 9)[0] == 3
+        assert [c[0] for c in apis.calls] == ["Produce", "Produce", "Metadata"]
+        assert kl.budget.in_flight == 0
+        w.close()
+        await kl.stop()
+
+    asyncio.run(go())
+
+
+def test_unanswered_produces_per_connection_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most PIPELINED_PRODUCE_MAX produces wait for their answers per connection: the next one is
+    not appended (nor read further) until an answer is written (S13: bound every resource)."""
+    from broker import kafka_listener
+
+    monkeypatch.setattr(kafka_listener, "PIPELINED_PRODUCE_MAX", 2)
+
+    async def go() -> None:
+        apis = HeldApis()
+        kl = listener(apis=apis)
+        port = await kl.start()
+        r, w = await _open(port)
+        w.write(b"".join(_produce(i) for i in range(1, 6)))
+        await w.drain()
+        await _until(lambda: len(apis.calls) == 2, "two produces appended")
+        await asyncio.sleep(0.3)
+        assert len(apis.calls) == 2
+        apis.release.set()
+        assert [read_response(await _response(r), 0, 9)[0] for _ in range(5)] == [1, 2, 3, 4, 5]
+        assert len(apis.calls) == 5 and kl.budget.in_flight == 0
+        w.close()
+        await kl.stop()
+
+    asyncio.run(go())
+
+
+def test_a_connection_that_goes_with_answers_pending_gives_back_their_bytes_and_keeps_their_appends() -> None:
+    async def go() -> None:
+        apis = HeldApis()
+        kl = listener(apis=apis)
+        port = await kl.start()
+        _r, w = await _open(port)
+        w.write(_produce(1) + _produce(2))
+        await w.drain()
+        await _until(lambda: len(apis.calls) == 2, "both produces appended")
+        assert kl.budget.in_flight > 0
+        w.close()
+        await _until(lambda: kl.budget.in_flight == 0, "the closed connection's frames released")
+        # The appends' acks=all waits were not cancelled with the connection: they finish on their own.
+        tasks = [t for t in asyncio.all_tasks() if t.get_coro().__qualname__.endswith("finish_produce")]
+        assert len(tasks) == 2 and not any(t.done() for t in tasks)
+        apis.release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        assert all(not t.cancelled() for t in tasks)
         await kl.stop()
 
     asyncio.run(go())

@@ -185,3 +185,39 @@ def test_a_broker_without_room_for_a_stream_gets_unary_calls_for_a_while() -> No
 
     asyncio.run(run())
     assert stub.unary == 0, "nothing resent inline: the stream may have appended part of it"
+
+
+def test_a_drained_batch_is_on_its_brokers_stream_before_the_drain_returns() -> None:
+    """The sender hands each request to the broker's stream in the drain's own loop iteration (no
+    task in between): every task hop before the write was a loop iteration added to each send's
+    latency. The answer is then awaited by a task, and completes the batch."""
+    from client.accumulator import ProducerBatch
+    from client.connection import ClusterView
+
+    stub = _Stub(lambda req: pb.ProduceResponse(topics=[pb.ProduceTopicResponse(name="t", partitions=[
+        pb.ProducePartitionResponse(partition=0, base_offset=41)])]))
+    producer = object.__new__(Producer)  # only the send half is exercised: no connection
+    producer._unary_produce, producer._produce_streams = {}, {}
+    producer.request_timeout_s, producer.acks, producer.codec, producer.max_request_size = 5.0, -1, 0, 1 << 20
+    producer._stub = lambda address: stub  # type: ignore[method-assign]
+    producer._view = object.__new__(ClusterView)
+    producer._view.brokers = {1: "b:1"}
+    producer._accumulator = type("Ids", (), {"producer_id": -1, "producer_epoch": -1})()  # type: ignore[assignment]
+    finished: list[tuple[int, BaseException | None]] = []
+    producer._finish = lambda b, offset, error: finished.append((offset, error))  # type: ignore[method-assign]
+    batch = ProducerBatch("t", 0, now=0.0, deadline=1e9)
+    batch.append(None, b"v", (), 0)
+
+    async def run() -> list[int]:
+        producer._loop = asyncio.get_running_loop()
+        producer._send_to_leader(1, [batch])
+        on_stream = len(producer._produce_streams["b:1"]._waiters)  # no await since the call
+        for _ in range(100):  # bounded: the answer's task completes the batch
+            if finished:
+                break
+            await asyncio.sleep(0.01)
+        await producer._produce_streams["b:1"].close()
+        return [on_stream, len(stub.calls)]
+
+    assert asyncio.run(run()) == [1, 1]
+    assert finished == [(41, None)]
