@@ -49,7 +49,7 @@ from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
 from broker.request_guard import ByteBudget, error_response, judge_names
 from broker.security.authorizer import TOPIC, Acl, Resource
 from broker.security.gatekeeper import Gatekeeper, ListenerRole
-from broker.security.principal import RequestContext
+from broker.security.principal import PLAINTEXT, SSL, RequestContext
 from controller.controller import ControllerSettings, KafkaController
 from proto import errors
 from proto import minikafka_pb2 as pb
@@ -407,7 +407,9 @@ class KafkaServer:
         md = self.metadata
         resp = pb.MetadataResponse(cluster_id=self.cluster_id, controller_id=md.controller_id,
                                    controller_epoch=md.controller_epoch)
-        brokers = [b for b in (self._endpoint_on(b, ctx.listener) for b in md.brokers.values()) if b is not None]
+        kafka_produce = self._kafka_produce_listener(ctx)
+        brokers = [b for b in (self._endpoint_on(b, ctx.listener, kafka_produce) for b in md.brokers.values())
+                   if b is not None]
         if not brokers and self.registered.is_set():
             own = next((e for e in self.advertised_endpoints() if e.name == ctx.listener), None)
             if own is not None:
@@ -443,13 +445,30 @@ class KafkaServer:
         return resp
 
     @staticmethod
-    def _endpoint_on(b: pb.BrokerEndpoint, listener: str) -> pb.BrokerEndpoint | None:
+    def _endpoint_on(b: pb.BrokerEndpoint, listener: str, kafka_produce: str | None = None) -> pb.BrokerEndpoint | None:
         """Broker ``b`` as a client on ``listener`` reaches it (Kafka answers with the listener the
-        request came in on); None when ``b`` has no such listener."""
+        request came in on), with its Kafka listener ``kafka_produce`` if it has one; None when ``b``
+        has no such listener."""
         for x in b.listeners:
             if x.name == listener:
-                return pb.BrokerEndpoint(broker_id=b.broker_id, host=x.host, port=x.port, rack=b.rack)
+                out = pb.BrokerEndpoint(broker_id=b.broker_id, host=x.host, port=x.port, rack=b.rack)
+                k = next((k for k in b.listeners if k.name == kafka_produce), None)
+                if k is not None:
+                    out.kafka_produce_host, out.kafka_produce_port = k.host, k.port
+                return out
         return None if b.listeners else b
+
+    def _kafka_produce_listener(self, ctx: RequestContext) -> str | None:
+        """The Kafka listener that a client of ``ctx``'s gRPC listener may send its Produce requests
+        to: the first with the same security protocol, PLAINTEXT or SSL - so the same principal
+        (anonymous, or the certificate's) under the same ACLs (the gatekeeper requires client
+        certificates on both alike). SASL_SSL clients stay on gRPC (the project's producer speaks no
+        SASL on a plain socket), and so does anything on the inter-broker listener. Listener names
+        are the same on every broker, as Kafka assumes."""
+        proto = ctx.security_protocol
+        if ctx.inter_broker or proto not in (PLAINTEXT, SSL):
+            return None
+        return next((x.name for x in self.config.kafka_listener_list if x.security_protocol == proto), None)
 
     def handle_describe_replicas(self, req: pb.DescribeReplicasRequest,
                                  ctx: RequestContext) -> pb.DescribeReplicasResponse:

@@ -66,6 +66,8 @@ class ClusterView:
         self.timeout_s = timeout_s
         self.security = security
         self.brokers: dict[int, str] = {}
+        # broker id -> its Kafka listener for Produce requests (MetadataResponse.kafka_produce_*), if any.
+        self.kafka_produce: dict[int, str] = {}
         self.controller_id = -1
         self.controller_epoch = 0
         self.partitions: dict[tuple[str, int], PartitionLeader] = {}
@@ -112,6 +114,8 @@ class ClusterView:
         answered a request for all of them."""
         if resp.brokers:
             self.brokers = {b.broker_id: f"{b.host}:{b.port}" for b in resp.brokers}
+            self.kafka_produce = {b.broker_id: f"{b.kafka_produce_host}:{b.kafka_produce_port}"
+                                  for b in resp.brokers if 0 < b.kafka_produce_port <= 65535 and b.kafka_produce_host}
         self.controller_id = resp.controller_id
         self.controller_epoch = resp.controller_epoch
         listed = {t.name for t in resp.topics}

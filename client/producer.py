@@ -16,6 +16,16 @@ Kafka's split: a pure core and a thin shell around it.
   - and feed each outcome back (``complete`` / ``reenqueue``), then sleep until the next ready
   time the drain reported or until woken (a ready append, a completion, a flush).
 
+Transport: Produce requests go to each leader over its Kafka listener when the metadata offers
+one of the client's security protocol, PLAINTEXT or SSL (``client.kafka_produce``: a plain
+socket costs a hop ~30 us where a grpc.aio stream costs ~0.2 ms), else over one gRPC
+ProduceStream per broker (``client.produce_stream``), else unary Produce calls (an older
+broker). Both keep several requests in flight and answer them in order. The producer moves a
+broker onto the Kafka listener only while nothing is in flight to it on gRPC, so a partition's
+requests never race each other on two connections; a connection that fails sends that
+broker's traffic back to gRPC for ``KAFKA_PRODUCE_RETRY_AFTER_S`` (its unanswered batches are
+retried as after any failed request).
+
 Ordering and idempotence (KIP-98): with ``enable_idempotence`` the producer gets a producer id
 and epoch (InitProducerId) and the accumulator numbers each partition's batches with sequences
 when they are first drained. A retried batch keeps its sequence, so the leader answers a
@@ -46,6 +56,7 @@ from client.accumulator import (
 from client.connection import ClusterView, parse_bootstrap, rpc_error
 from client.discovery import default_bootstrap
 from client.futures import BatchResult, BatchSendResult, FutureRecordMetadata, RecordMetadata
+from client.kafka_produce import KafkaProduceConnection, KafkaProduceUnreachable
 from client.partitioner import StickyPartitioner, partition_for_key
 from client.produce_stream import ProduceStream, is_unimplemented
 from proto import errors
@@ -53,7 +64,7 @@ from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import CHANNEL_OPTIONS
 from proto.record_batch import CODEC_BY_NAME, Header
-from proto.transport import ChannelSecurity, client_security
+from proto.transport import PLAINTEXT, SSL, ChannelSecurity, client_security
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +78,9 @@ _BatchResult = BatchResult
 GRPC_LATE_EVENTS_S = 0.02
 # How long a broker that refused a ProduceStream (no room) gets unary Produce calls before another try.
 STREAM_RETRY_AFTER_S = 60
+# How long a broker whose Kafka listener could not be reached, or whose connection failed, gets its
+# Produce requests over gRPC before the producer connects to the Kafka listener again.
+KAFKA_PRODUCE_RETRY_AFTER_S = 5.0
 
 
 def _now_ms() -> float:
@@ -91,7 +105,9 @@ class Producer:
                  security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
                  ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
                  sasl_mechanism: str = "SCRAM-SHA-256", sasl_plain_username: str | None = None,
-                 sasl_plain_password: str | None = None, security: ChannelSecurity | None = None) -> None:
+                 sasl_plain_password: str | None = None, security: ChannelSecurity | None = None,
+                 kafka_listener: bool = True) -> None:
+        """``kafka_listener=False`` keeps every Produce request on gRPC (see Transport above)."""
         self.bootstrap = parse_bootstrap(default_bootstrap() if bootstrap_servers is None else bootstrap_servers)
         self.security = client_security(security, security_protocol=security_protocol, ssl_cafile=ssl_cafile,
                                         ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
@@ -118,6 +134,9 @@ class Producer:
         self.max_request_size = max_request_size
         self.buffer_memory = buffer_memory
         self.client_id = client_id
+        # Produce over the brokers' Kafka listeners: only where the client speaks the protocol's
+        # security itself (no SASL on a plain socket).
+        self.kafka_listener = kafka_listener and self.security.security_protocol.upper() in (PLAINTEXT, SSL)
 
         self._lock = threading.Lock()
         self._accumulator = RecordAccumulator(AccumulatorConfig(
@@ -355,6 +374,15 @@ class Producer:
         # address -> until when (monotonic s) it gets unary calls: for ever for a broker without
         # ProduceStream, STREAM_RETRY_AFTER_S for one with no room for another stream.
         self._unary_produce: dict[str, float] = {}
+        # address -> its Kafka listener connection (client.kafka_produce), once open; the addresses
+        # being connected; address -> until when (monotonic s) it is not tried again.
+        self._kafka_conns: dict[str, KafkaProduceConnection] = {}
+        self._kafka_connecting: set[str] = set()
+        self._kafka_retry_at: dict[str, float] = {}
+        # (topic, partition) -> its requests in flight over gRPC (ProduceStream or unary).
+        self._grpc_in_flight: dict[tuple[str, int], int] = {}
+        # Every request's answer task (acks=0 requests included: done when handed over and answered).
+        self._requests: set[asyncio.Task[None]] = set()
         self._loop.create_task(self._sender())
         self._started.set()
         try:
@@ -369,11 +397,18 @@ class Producer:
             self._loop.close()
 
     async def _stop_loop(self) -> None:
+        if self.acks == 0 and self._requests:
+            # acks=0 batches were done once sent, so flush() did not wait for them: a request still
+            # queued for its stream would be dropped by the stream's close. Kafka's close() waits
+            # for the requests sent too (bounded: each ends with its answer or its call's failure).
+            await asyncio.wait(list(self._requests), timeout=self.request_timeout_s)
         # The streams first, while their tasks still run: each has a read pending in gRPC, which
         # must finish through this loop - left to the channel's close, it would finish after the
         # loop closed (gRPC's poller then fails on the closed loop, and may hold other events).
         for stream in list(self._produce_streams.values()):
             await stream.close()
+        for conn in list(self._kafka_conns.values()):
+            await conn.close()
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for t in tasks:
             t.cancel()
@@ -500,9 +535,9 @@ class Producer:
             size += len(payload)
         for chunk in chunks:
             if chunk:
-                self._send_request(address, chunk)
+                self._send_request(leader, address, chunk)
 
-    def _send_request(self, address: str | None, batches: list[ProducerBatch]) -> None:
+    def _send_request(self, leader: int, address: str | None, batches: list[ProducerBatch]) -> None:
         """Send one request (in order on the broker's stream); a task waits for its answer."""
         req = pb.ProduceRequest(acks=self.acks, timeout_ms=int(self.request_timeout_s * 1000))
         by_topic: dict[str, pb.ProduceTopicData] = {}
@@ -514,7 +549,10 @@ class Producer:
         try:
             if address is None:
                 raise errors.LeaderNotAvailableError("leader address unknown")
-            stream = self._produce_stream(address) if self._streams_to(address) else None
+            stream: ProduceStream | KafkaProduceConnection | None = self._kafka_connection(leader, address, batches)
+            over_grpc = stream is None
+            if over_grpc:
+                stream = self._produce_stream(address) if self._streams_to(address) else None
             if stream is not None:
                 call: Awaitable[pb.ProduceResponse] = stream.send(req)
             else:
@@ -522,22 +560,37 @@ class Producer:
         except (grpc.aio.AioRpcError, errors.KafkaError, ConnectionError) as e:
             self._request_failed(address, batches, e)
             return
+        if over_grpc:
+            for b in batches:
+                tp = (b.topic, b.partition)
+                self._grpc_in_flight[tp] = self._grpc_in_flight.get(tp, 0) + 1
         if self.acks == 0:
             # acks=0: done once handed to the network; the answer (if any) is ignored.
             for b in batches:
                 self._finish(b, -1, None)
-        self._loop.create_task(self._complete_request(address, batches, req, call, stream))
+        task = self._loop.create_task(self._complete_request(address, batches, req, call, stream, over_grpc))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
 
     async def _complete_request(self, address: str, batches: list[ProducerBatch], req: pb.ProduceRequest,
-                                call: Awaitable[pb.ProduceResponse], stream: ProduceStream | None) -> None:
+                                call: Awaitable[pb.ProduceResponse],
+                                stream: ProduceStream | KafkaProduceConnection | None, over_grpc: bool) -> None:
         try:
-            if self.acks == 0:
-                try:
-                    await call
-                except (grpc.aio.AioRpcError, ConnectionError):
-                    pass
-                return
-            resp = await self._answer(address, req, call, stream)
+            try:
+                if self.acks == 0:
+                    try:
+                        await call
+                    except (grpc.aio.AioRpcError, ConnectionError):
+                        pass
+                    return
+                resp = await self._answer(address, req, call, stream)
+            finally:
+                if over_grpc:  # before the outcome is handled: a retry it schedules may take the socket
+                    for b in batches:
+                        tp = (b.topic, b.partition)
+                        n = self._grpc_in_flight.pop(tp) - 1
+                        if n:
+                            self._grpc_in_flight[tp] = n
         except (grpc.aio.AioRpcError, errors.KafkaError, ConnectionError) as e:
             self._request_failed(address, batches, e)
             return
@@ -562,6 +615,48 @@ class Producer:
         for b in batches:
             self._retry_or_fail(b, err)
 
+    def _kafka_connection(self, leader: int, address: str,
+                          batches: list[ProducerBatch]) -> KafkaProduceConnection | None:
+        """``address``'s open Kafka listener connection, if ``batches`` may go on it now. Otherwise
+        None (gRPC), and a connection is opened in the background if the broker offers a listener."""
+        conn = self._kafka_conns.get(address)
+        if conn is not None:
+            if conn.failed is None:
+                # Not while a batch of the same partition is in flight on gRPC: it could be overtaken.
+                in_flight = self._grpc_in_flight
+                if in_flight and any((b.topic, b.partition) in in_flight for b in batches):
+                    return None
+                return conn
+            del self._kafka_conns[address]
+            self._kafka_retry_at[address] = time.monotonic() + KAFKA_PRODUCE_RETRY_AFTER_S
+            log.info("%s: Produce goes over gRPC for %.0f s: the Kafka listener connection failed (%s)",
+                     address, KAFKA_PRODUCE_RETRY_AFTER_S, conn.failed)
+        target = self._view.kafka_produce.get(leader) if self.kafka_listener else None
+        if target is None or address in self._kafka_connecting \
+                or time.monotonic() < self._kafka_retry_at.get(address, 0.0):
+            return None
+        self._kafka_connecting.add(address)
+        self._loop.create_task(self._connect_kafka(address, target))
+        return None
+
+    async def _connect_kafka(self, address: str, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        try:
+            tls = self.security.ssl_context() if self.security.is_tls else None
+            conn = await KafkaProduceConnection.open(host, int(port), tls, min(self.request_timeout_s, 10.0),
+                                                     client_id=self.client_id)
+        except (KafkaProduceUnreachable, ValueError, OSError) as e:
+            log.info("%s: Produce goes over gRPC for %.0f s: its Kafka listener %s cannot be reached (%s)",
+                     address, KAFKA_PRODUCE_RETRY_AFTER_S, target, e)
+            self._kafka_retry_at[address] = time.monotonic() + KAFKA_PRODUCE_RETRY_AFTER_S
+            return
+        finally:
+            self._kafka_connecting.discard(address)
+        if self._closed:
+            await conn.close()
+            return
+        self._kafka_conns[address] = conn
+
     def _produce_stream(self, address: str) -> ProduceStream:
         stream = self._produce_streams.get(address)
         if stream is None or stream.failed is not None:
@@ -569,7 +664,7 @@ class Producer:
         return stream
 
     async def _answer(self, address: str, req: pb.ProduceRequest, call: Awaitable[pb.ProduceResponse],
-                      stream: ProduceStream | None) -> pb.ProduceResponse:
+                      stream: ProduceStream | KafkaProduceConnection | None) -> pb.ProduceResponse:
         """The answer to ``req``, sent on ``stream`` (None: a unary call). Answers on a stream come in
         order, so one that is late holds up all behind it: the stream is failed (they are retried
         on a new one). A broker without ProduceStream gets this request again, unary, and every

@@ -206,7 +206,7 @@ class ListenerEndpoint(_message.Message):
     def __init__(self, name: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., security_protocol: _Optional[str] = ...) -> None: ...
 
 class BrokerEndpoint(_message.Message):
-    __slots__ = ("broker_id", "host", "port", "rack", "listeners", "broker_epoch", "replica_fetch_port")
+    __slots__ = ("broker_id", "host", "port", "rack", "listeners", "broker_epoch", "replica_fetch_port", "kafka_produce_host", "kafka_produce_port")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +214,8 @@ class BrokerEndpoint(_message.Message):
     LISTENERS_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FETCH_PORT_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_PRODUCE_HOST_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_PRODUCE_PORT_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     host: str
     port: int
@@ -221,7 +223,9 @@ class BrokerEndpoint(_message.Message):
     listeners: _containers.RepeatedCompositeFieldContainer[ListenerEndpoint]
     broker_epoch: int
     replica_fetch_port: int
-    def __init__(self, broker_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[ListenerEndpoint, _Mapping]]] = ..., broker_epoch: _Optional[int] = ..., replica_fetch_port: _Optional[int] = ...) -> None: ...
+    kafka_produce_host: str
+    kafka_produce_port: int
+    def __init__(self, broker_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[ListenerEndpoint, _Mapping]]] = ..., broker_epoch: _Optional[int] = ..., replica_fetch_port: _Optional[int] = ..., kafka_produce_host: _Optional[str] = ..., kafka_produce_port: _Optional[int] = ...) -> None: ...
 
 class MetadataRequest(_message.Message):
     __slots__ = ("topics", "all_topics", "allow_auto_topic_creation")

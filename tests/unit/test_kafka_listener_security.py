@@ -365,3 +365,37 @@ def test_sasl_session_gate_is_a_pure_state_machine() -> None:
     # The request budget before authentication.
     u = SaslSession(SaslServerConfig(USERS.get, b"k"))
     assert all(u.admits(18) for _ in range(kafka_sasl.MAX_PREAUTH_REQUESTS)) and not u.admits(17)
+
+
+def test_metadata_offers_for_produce_only_a_kafka_listener_of_the_clients_own_protocol() -> None:
+    """A client's Produce requests may move to a Kafka listener only where it is the same principal
+    under the same ACLs: a PLAINTEXT client to a PLAINTEXT one, an SSL client to an SSL one; never a
+    SASL_SSL client (the producer speaks no SASL on a plain socket), nor the inter-broker listener."""
+    from types import SimpleNamespace
+
+    from broker.security.principal import ANONYMOUS, RequestContext
+    from broker.server import KafkaServer
+
+    server = object.__new__(KafkaServer)
+    server.config = SimpleNamespace(kafka_listener_list=[  # type: ignore[assignment]
+        Listener("KSASL", "h", 1, "SASL_SSL"), Listener("KPLAIN", "h", 2, "PLAINTEXT"), Listener("KSSL", "h", 3, "SSL")])
+
+    def offered(protocol: str, inter_broker: bool = False) -> str | None:
+        return server._kafka_produce_listener(RequestContext(ANONYMOUS, "CLIENT", protocol, "h", inter_broker))
+
+    assert offered("PLAINTEXT") == "KPLAIN"
+    assert offered("SSL") == "KSSL"
+    assert offered("SASL_SSL") is None
+    assert offered("SSL", inter_broker=True) is None
+    server.config = SimpleNamespace(kafka_listener_list=[Listener("KSASL", "h", 1, "SASL_SSL")])  # type: ignore[assignment]
+    assert offered("PLAINTEXT") is None
+
+    broker = pb.BrokerEndpoint(broker_id=2, host="i", port=1, listeners=[
+        pb.ListenerEndpoint(name="CLIENT", host="c", port=9092, security_protocol="PLAINTEXT"),
+        pb.ListenerEndpoint(name="KPLAIN", host="k", port=9093, security_protocol="PLAINTEXT")])
+    answered = KafkaServer._endpoint_on(broker, "CLIENT", "KPLAIN")
+    assert answered is not None
+    assert (answered.host, answered.port, answered.kafka_produce_host, answered.kafka_produce_port) == \
+        ("c", 9092, "k", 9093)
+    answered = KafkaServer._endpoint_on(broker, "CLIENT", None)
+    assert answered is not None and answered.kafka_produce_port == 0

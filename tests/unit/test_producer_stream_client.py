@@ -198,6 +198,8 @@ def test_a_drained_batch_is_on_its_brokers_stream_before_the_drain_returns() -> 
         pb.ProducePartitionResponse(partition=0, base_offset=41)])]))
     producer = object.__new__(Producer)  # only the send half is exercised: no connection
     producer._unary_produce, producer._produce_streams = {}, {}
+    producer.kafka_listener, producer._kafka_conns, producer._kafka_connecting = False, {}, set()
+    producer._grpc_in_flight, producer._requests = {}, set()
     producer.request_timeout_s, producer.acks, producer.codec, producer.max_request_size = 5.0, -1, 0, 1 << 20
     producer._stub = lambda address: stub  # type: ignore[method-assign]
     producer._view = object.__new__(ClusterView)

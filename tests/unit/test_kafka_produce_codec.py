@@ -1,0 +1,86 @@
+"""proto.kafka_produce, the producer's Produce v8 on Kafka's wire, against the broker's own reading
+and writing of it (broker.kafka_wire, kio's schemas generated from Kafka's message definitions):
+what the producer writes is what the broker reads, and what the broker answers is what the
+producer reads - including hostile answers, refused before anything is built for them."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker import kafka_wire as kw
+from proto import minikafka_pb2 as pb
+from proto.kafka_produce import decode_produce_response, encode_produce_request
+
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz._-0123456789", min_size=1, max_size=20)
+
+
+@st.composite
+def produce_requests(draw: st.DrawFn) -> pb.ProduceRequest:
+    req = pb.ProduceRequest(acks=draw(st.sampled_from([-1, 0, 1])), timeout_ms=draw(st.integers(0, 2**31 - 1)))
+    for name in draw(st.lists(names, max_size=3, unique=True)):
+        td = req.topics.add(name=name)
+        for p in draw(st.lists(st.integers(0, 1000), max_size=3, unique=True)):
+            td.partitions.add(partition=p, records=draw(st.binary(max_size=64)))
+    return req
+
+
+@settings(max_examples=200, deadline=None)
+@given(produce_requests(), st.integers(0, 2**31 - 1), names)
+def test_the_broker_reads_the_request_the_producer_wrote(req: pb.ProduceRequest, cid: int, client: str) -> None:
+    frame = encode_produce_request(cid, client, req)
+    assert struct.unpack_from(">i", frame)[0] == len(frame) - 4
+    d = kw.decode_request(frame[4:])
+    assert (d.header.api_key, d.header.api_version, d.header.correlation_id, d.header.client_id) == (0, 8, cid, client)
+    (api, got), = kw.to_pb(d)
+    assert api == "Produce"
+    assert got.SerializeToString(deterministic=True) == req.SerializeToString(deterministic=True)
+
+
+@st.composite
+def produce_responses(draw: st.DrawFn) -> pb.ProduceResponse:
+    resp = pb.ProduceResponse(throttle_time_ms=draw(st.integers(0, 2**31 - 1)))
+    i64 = st.integers(-1, 2**62)
+    for name in draw(st.lists(names, max_size=3, unique=True)):
+        tr = resp.topics.add(name=name)
+        for p in draw(st.lists(st.integers(0, 1000), max_size=3, unique=True)):
+            tr.partitions.add(partition=p, error_code=draw(st.sampled_from([0, 2, 6, 19, 45])),
+                              base_offset=draw(i64), log_start_offset=draw(i64),
+                              # kio carries it as a datetime: -1 or a time before the year 10000
+                              log_append_time_ms=draw(st.one_of(st.just(-1), st.integers(0, 2**41))),
+                              error_message=draw(st.text(max_size=30)))
+    return resp
+
+
+@settings(max_examples=200, deadline=None)
+@given(produce_responses(), st.integers(0, 2**31 - 1))
+def test_the_producer_reads_the_answer_the_broker_wrote(resp: pb.ProduceResponse, cid: int) -> None:
+    d = kw.decode_request(encode_produce_request(cid, "p", pb.ProduceRequest(acks=-1))[4:])
+    frame = kw.encode_response(d.header, kw.from_pb(d, [resp]))
+    got_cid, got = decode_produce_response(frame[4:])
+    assert got_cid == cid
+    assert got.SerializeToString(deterministic=True) == resp.SerializeToString(deterministic=True)
+
+
+def _answer() -> bytes:
+    resp = pb.ProduceResponse(topics=[pb.ProduceTopicResponse(name="t", partitions=[
+        pb.ProducePartitionResponse(partition=0, base_offset=5, error_message="m")])])
+    d = kw.decode_request(encode_produce_request(3, "p", pb.ProduceRequest(acks=-1))[4:])
+    return kw.encode_response(d.header, kw.from_pb(d, [resp]))[4:]
+
+
+@pytest.mark.parametrize("bad", [
+    b"",
+    b"\0\0\0\3",  # a correlation id and nothing else
+    _answer()[:-1],  # cut short
+    _answer() + b"\0",  # a byte too many
+    struct.pack(">ii", 3, 0x7FFFFFFF),  # 2**31 - 1 topics claimed in no bytes
+    struct.pack(">iih", 3, 1, 0x7FFF) + b"t",  # a name longer than the bytes left
+    struct.pack(">iih", 3, 1, -1) + b"\0" * 20,  # a null topic name
+])
+def test_an_answer_that_does_not_hold_together_is_refused(bad: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode_produce_response(bad)
