@@ -95,7 +95,8 @@ def measured(case: Callable[[], dict[str, Any]], pids: dict[int, int]) -> dict[s
 def run_bulk(bootstrap: str, topic: str, records: int, args: argparse.Namespace, per_call: int = 1000) -> dict[str, Any]:
     """RF=3 acks=all through ``send_batch``: ``per_call`` values per call, every handle awaited."""
     producer = Producer(bootstrap, acks="all", enable_idempotence=True, linger_ms=args.linger_ms,
-                        batch_size=args.batch_size, buffer_memory=args.buffer_memory)
+                        batch_size=args.batch_size, buffer_memory=args.buffer_memory,
+                        kafka_listener=not args.grpc_produce)
     values = [VALUE] * per_call
     try:
         producer.send_batch(topic, values).result(timeout=60)
@@ -120,7 +121,8 @@ def run(bootstrap: str, topic: str, acks: str | int, records: int, args: argpars
     offered = rate if rate > 0 else args.throughput
     linger = args.linger_ms if linger_ms is None else linger_ms
     producer = Producer(bootstrap, acks=acks, enable_idempotence=acks == "all", linger_ms=linger,
-                        batch_size=args.batch_size, buffer_memory=args.buffer_memory, security=security)
+                        batch_size=args.batch_size, buffer_memory=args.buffer_memory, security=security,
+                        kafka_listener=not args.grpc_produce)
     try:
         for _ in range(args.warmup):
             producer.send(topic, VALUE)
@@ -257,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a broker config for both clusters (repeatable), e.g. log.segment.bytes=67108864")
     ap.add_argument("--grpc-replication", action="store_true",
                     help="followers fetch over gRPC FetchStream (replica.fetch.listener.port=-1), for comparison")
+    ap.add_argument("--grpc-produce", action="store_true",
+                    help="the producer sends over gRPC ProduceStreams, not the brokers' Kafka listeners, for comparison")
     ap.add_argument("--json", action="store_true")
     return ap
 

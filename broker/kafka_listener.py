@@ -14,8 +14,9 @@ One exception to one-at-a-time, as on a gRPC ProduceStream: a Produce with
 acks=1 or acks=all is appended at once and its answer waits, in arrival order,
 on the connection's answer writer (``_write_answers``) while the next frames are
 read - otherwise every produce request behind an acks=all one waited a whole
-replication round trip before it was even appended (librdkafka at 20,000
-records/s: p50 7.7 ms). At most ``PIPELINED_PRODUCE_MAX`` answers wait per
+replication round trip before it was even appended, and a pipelining producer
+(this project's, ``client.kafka_produce``) would wait for each answer in
+turn. At most ``PIPELINED_PRODUCE_MAX`` answers wait per
 connection (then the connection is not read: TCP holds the client), each
 holding its frame's bytes in the memory pool until it is written; any other
 request is served only once every earlier answer is written, so the order in
@@ -294,12 +295,13 @@ class KafkaListener:
         connection is going)."""
         try:
             d = kafka_wire.decode_request(frame)
-            (api, request), = kafka_wire.to_pb(d)
         except kafka_wire.ProtocolError as e:
             self._violation(host, str(e))
             return None
-        except Exception as e:  # a value the protobuf refuses (as _answer: the connection goes)
-            self._violation(host, f"Produce: {e!r}")
+        try:
+            (api, request), = kafka_wire.to_pb(d)
+        except Exception as e:
+            self._unanswerable(d, host, e)
             return None
         if not kafka_wire.expects_response(d):
             await self.apis.handle(api, request, ctx)
@@ -357,9 +359,7 @@ class KafkaListener:
         try:
             return kafka_wire.encode_response(d.header, kafka_wire.from_pb(d, answers))
         except Exception as e:
-            log.warning("%s: %s v%d from %s cannot be answered", self.listener.name, d.api, d.header.api_version,
-                        host, exc_info=True)
-            self._violation(host, f"{d.api} v{d.header.api_version}: {e!r}")
+            self._unanswerable(d, host, e)
             return None
 
     def _pre_auth(self, frame: bytes, session: SaslSession, host: str) -> tuple[bytes, bool]:
@@ -412,19 +412,20 @@ class KafkaListener:
                 d.header.api_key)))
         try:
             plan = kafka_wire.to_pb(d)
-            answers = [await self.apis.handle(api, request, ctx) for api, request in plan]
-            if not kafka_wire.expects_response(d):
-                return b""
-            return kafka_wire.encode_response(d.header, kafka_wire.from_pb(d, answers))
-        except asyncio.CancelledError:
-            raise
         except Exception as e:
-            # Values the protobuf or the response schema refuse (an int out of range...): the
-            # request cannot be answered in its own shape, so its connection goes, as in Kafka.
-            log.warning("%s: %s v%d from %s cannot be answered", self.listener.name, d.api, d.header.api_version,
-                        host, exc_info=True)
-            self._violation(host, f"{d.api} v{d.header.api_version}: {e!r}")
+            self._unanswerable(d, host, e)
             return None
+        answers = [await self.apis.handle(api, request, ctx) for api, request in plan]  # typed, never raise
+        if not kafka_wire.expects_response(d):
+            return b""
+        return self._encode(d, answers, host)
+
+    def _unanswerable(self, d: kafka_wire.Decoded, host: str, e: Exception) -> None:
+        # Values the protobuf or the response schema refuse (an int out of range...): the request
+        # cannot be answered in its own shape, so its connection goes, as in Kafka.
+        log.warning("%s: %s v%d from %s cannot be answered", self.listener.name, d.api, d.header.api_version,
+                    host, exc_info=e)
+        self._violation(host, f"{d.api} v{d.header.api_version}: {e!r}")
 
     def _violation(self, host: str, what: str) -> None:
         self.closed_for_violation += 1

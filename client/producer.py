@@ -20,9 +20,10 @@ Transport: Produce requests go to each leader over its Kafka listener when the m
 one of the client's security protocol, PLAINTEXT or SSL (``client.kafka_produce``: a plain
 socket costs a hop ~30 us where a grpc.aio stream costs ~0.2 ms), else over one gRPC
 ProduceStream per broker (``client.produce_stream``), else unary Produce calls (an older
-broker). Both keep several requests in flight and answer them in order. The producer moves a
-broker onto the Kafka listener only while nothing is in flight to it on gRPC, so a partition's
-requests never race each other on two connections; a connection that fails sends that
+broker). Both keep several requests in flight and answer them in order. The connection is
+opened in the background, so the first requests go over gRPC; a request moves onto it only
+when none of its partitions has a request in flight over gRPC, so a partition's requests never
+race each other on two connections. A connection that fails, or cannot be opened, sends that
 broker's traffic back to gRPC for ``KAFKA_PRODUCE_RETRY_AFTER_S`` (its unanswered batches are
 retried as after any failed request).
 
@@ -645,9 +646,10 @@ class Producer:
             tls = self.security.ssl_context() if self.security.is_tls else None
             conn = await KafkaProduceConnection.open(host, int(port), tls, min(self.request_timeout_s, 10.0),
                                                      client_id=self.client_id)
-        except (KafkaProduceUnreachable, ValueError, OSError) as e:
-            log.info("%s: Produce goes over gRPC for %.0f s: its Kafka listener %s cannot be reached (%s)",
-                     address, KAFKA_PRODUCE_RETRY_AFTER_S, target, e)
+        except Exception as e:  # unreachable, or a surprise: gRPC for a while either way
+            log.log(logging.INFO if isinstance(e, KafkaProduceUnreachable) else logging.WARNING,
+                    "%s: Produce goes over gRPC for %.0f s: its Kafka listener %s cannot be reached (%r)",
+                    address, KAFKA_PRODUCE_RETRY_AFTER_S, target, e)
             self._kafka_retry_at[address] = time.monotonic() + KAFKA_PRODUCE_RETRY_AFTER_S
             return
         finally:

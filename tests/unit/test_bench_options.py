@@ -31,3 +31,8 @@ def test_the_librdkafka_figure_is_optional() -> None:
     assert build_parser().parse_args(["--no-librdkafka"]).no_librdkafka is True
     reason = _bench.librdkafka_missing()
     assert reason is None or "confluent_kafka" in reason
+
+
+def test_produce_over_grpc_is_a_comparison_option() -> None:
+    assert build_parser().parse_args([]).grpc_produce is False
+    assert build_parser().parse_args(["--grpc-produce"]).grpc_produce is True
