@@ -94,7 +94,12 @@ class KafkaProduceConnection(asyncio.Protocol):
             fut.set_exception(self.failed or KafkaProduceClosed(f"{self.address}: not connected"))
             return fut
         self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
-        transport.write(encode_produce_request(self._correlation_id, self.client_id, request))
+        try:
+            transport.write(encode_produce_request(self._correlation_id, self.client_id, request))
+        except (RuntimeError, OSError) as e:  # uvloop raises on a closed transport: never the sender's problem
+            self.fail(KafkaProduceClosed(f"{self.address}: {e}"))
+            fut.set_exception(self.failed or KafkaProduceClosed(f"{self.address}: closed"))
+            return fut
         if request.acks == 0:
             fut.set_result(pb.ProduceResponse())  # acks=0 is never answered
         else:

@@ -561,6 +561,10 @@ class Producer:
         except (grpc.aio.AioRpcError, errors.KafkaError, ConnectionError) as e:
             self._request_failed(address, batches, e)
             return
+        except Exception as e:  # a bug: these batches are drained, so they must be retried or failed here
+            log.exception("%s: sending a Produce request failed unexpectedly", address)
+            self._request_failed(address, batches, errors.NetworkError(f"{address}: {e!r}"))
+            return
         if over_grpc:
             for b in batches:
                 tp = (b.topic, b.partition)

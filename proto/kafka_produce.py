@@ -29,6 +29,8 @@ from proto import minikafka_pb2 as pb
 
 PRODUCE: Final = 0
 VERSION: Final = 8
+# A client id is a nullable int16-length string: a longer one is cut (the broker reads it leniently).
+MAX_CLIENT_ID_BYTES: Final = 0x7FFF
 
 _HEADER: Final = struct.Struct(">ihhih")  # size, api key, api version, correlation id, client id length
 _ACKS_TIMEOUT: Final = struct.Struct(">hhi")  # transactional id length (-1: null), acks, timeout
@@ -39,7 +41,7 @@ _PARTITION: Final = struct.Struct(">ihqqq")  # index, error code, base offset, l
 
 def encode_produce_request(correlation_id: int, client_id: str, request: pb.ProduceRequest) -> bytes:
     """The size-prefixed Produce v8 frame of ``request`` (its records passed through as they are)."""
-    cid = client_id.encode()
+    cid = client_id.encode()[:MAX_CLIENT_ID_BYTES]
     parts: list[bytes] = [b"", cid, _ACKS_TIMEOUT.pack(-1, request.acks, request.timeout_ms),
                           _I32.pack(len(request.topics))]
     for td in request.topics:

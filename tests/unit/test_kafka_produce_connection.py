@@ -115,6 +115,24 @@ def test_the_broker_going_away_fails_the_waiting_requests() -> None:
     assert isinstance(asyncio.run(go()), KafkaProduceClosed)
 
 
+def test_a_request_on_a_connection_closed_under_it_fails_as_a_connection_error() -> None:
+    """On uvloop (the producer's loop) a closed transport raises on write: a request sent once the
+    connection is closed fails like any on a broken connection (the producer retries it)."""
+    import uvloop
+
+    async def go() -> BaseException | None:
+        server, port, _seen = await _broker(_ok)
+        conn = await KafkaProduceConnection.open("127.0.0.1", port, None, 5)
+        assert conn._transport is not None
+        conn._transport.close()
+        fut = conn.send(_request())
+        await asyncio.wait([fut], timeout=5)
+        server.close()
+        return fut.exception() if fut.done() else None
+
+    assert isinstance(uvloop.run(go()), ConnectionError)
+
+
 def test_a_listener_that_cannot_be_reached_is_reported_as_such() -> None:
     async def go() -> None:
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)

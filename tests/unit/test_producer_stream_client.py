@@ -223,3 +223,26 @@ def test_a_drained_batch_is_on_its_brokers_stream_before_the_drain_returns() -> 
 
     assert asyncio.run(run()) == [1, 1]
     assert finished == [(41, None)]
+
+
+def test_a_surprise_while_sending_retries_the_batches_instead_of_stranding_them() -> None:
+    """A drained batch belongs to no queue until its answer: if handing the request over fails in an
+    unforeseen way, the batch goes back to retry-or-fail (a NetworkError), never nowhere."""
+    from proto import errors
+
+    producer = object.__new__(Producer)
+    producer._unary_produce, producer._produce_streams = {}, {}
+    producer.kafka_listener, producer._kafka_conns, producer._kafka_connecting = False, {}, set()
+    producer._grpc_in_flight, producer._requests = {}, set()
+    producer.request_timeout_s, producer.acks = 5.0, -1
+
+    def broken_stream(address: str) -> Any:
+        raise RuntimeError("surprise")
+
+    producer._produce_stream = broken_stream  # type: ignore[method-assign]
+    outcome: list[tuple[Any, BaseException]] = []
+    producer._retry_or_fail = lambda b, error: outcome.append((b, error))  # type: ignore[method-assign]
+    batch = type("B", (), {"topic": "t", "partition": 0, "payload": b"x"})()
+    producer._send_request(1, "b:1", [batch])  # type: ignore[list-item]
+    assert [(b, type(e)) for b, e in outcome] == [(batch, errors.NetworkError)]
+    assert producer._grpc_in_flight == {} and producer._requests == set()
