@@ -21,6 +21,8 @@ from proto import errors
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 # Errors after which the write surely did not happen (the broker refused it before appending).
+# How long an abandoned producer (Ctrl-C) gets to hand over what it has before it is closed.
+ABANDON_CLOSE_S = 1.0
 DEFINITE_FAILURES = frozenset({"NOT_ENOUGH_REPLICAS", "INVALID_REQUIRED_ACKS", "MESSAGE_TOO_LARGE",
                                "RECORD_LIST_TOO_LARGE", "CORRUPT_MESSAGE", "INVALID_RECORD",
                                "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_PRODUCER_EPOCH"})
@@ -41,6 +43,7 @@ class Workload:
         self.retries = retries
         self.delivery_timeout_ms = delivery_timeout_ms
         self._stop = threading.Event()
+        self._abandon = threading.Event()  # stop_now: close the producers without waiting for their writes
         self._threads: list[threading.Thread] = []
         self.pending: list[tuple[str, int, str, object]] = []
 
@@ -51,9 +54,9 @@ class Workload:
             t.start()
 
     def _produce(self, name: str) -> None:
-        with Producer(self.bootstrap, security=self.security, acks="all", linger_ms=1, request_timeout_ms=3000,
-                      delivery_timeout_ms=self.delivery_timeout_ms, retries=self.retries,
-                      retry_backoff_ms=50) as producer:
+        producer = Producer(self.bootstrap, security=self.security, acks="all", linger_ms=1, request_timeout_ms=3000,
+                            delivery_timeout_ms=self.delivery_timeout_ms, retries=self.retries, retry_backoff_ms=50)
+        try:
             i = 0
             start = time.monotonic()
             while not self._stop.is_set():
@@ -68,8 +71,16 @@ class Workload:
                 ahead = i / self.rate - (time.monotonic() - start)
                 if ahead > 0:
                     time.sleep(ahead)
+            if not self._abandon.is_set():
+                try:
+                    producer.flush(timeout=self.delivery_timeout_ms / 1000 + 10)
+                except Exception:
+                    pass
+        finally:
+            # Abandoned (Ctrl-C): closed at once, retries and all. A producer still retrying would
+            # refresh its metadata, and a refresh auto-creates the topic that is being removed.
             try:
-                producer.flush(timeout=self.delivery_timeout_ms / 1000 + 10)
+                producer.close(timeout=ABANDON_CLOSE_S if self._abandon.is_set() else None)
             except Exception:
                 pass
 
@@ -92,7 +103,9 @@ class Workload:
         return writes
 
     def stop_now(self) -> None:
-        """Stop writing without waiting for outstanding writes (an interrupted run)."""
+        """Stop writing without waiting for outstanding writes (an interrupted run): every producer
+        is closed before this returns, so none outlives it (see ``_produce``)."""
+        self._abandon.set()
         self._stop.set()
         for t in self._threads:
             t.join(5)
