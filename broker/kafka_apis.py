@@ -19,11 +19,11 @@ call ``KafkaApis.handle(api, request, ctx)``, which
 So there is exactly one copy of produce, fetch, metadata and admin logic; a
 transport only translates and authenticates.
 
-A gRPC ProduceStream carries many Produce requests in order. For it
-``begin_produce`` does the ordered part of one (its appends, through the replica
+A gRPC ProduceStream, and a Kafka listener connection (``broker.kafka_listener``),
+carries many Produce requests in order. For them ``begin_produce`` does the ordered part of one (its appends, through the replica
 manager's ``append_produce``) and returns a task that finishes it (the acks=all
 wait) under the same ``answer_typed`` and counters: the next request on the
-stream is appended while this one waits for its followers, and the answers go
+connection is appended while this one waits for its followers, and the answers go
 back in arrival order.
 """
 

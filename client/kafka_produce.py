@@ -30,7 +30,6 @@ until it tries the Kafka listener again (``Producer``'s ``KAFKA_PRODUCE_RETRY_AF
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from collections import deque
 from typing import Any
@@ -126,8 +125,7 @@ class KafkaProduceConnection(asyncio.Protocol):
             self.failed = KafkaProduceClosed("the producer closed")
             self._lost = asyncio.get_running_loop().create_future()
             transport.close()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._lost), timeout_s)
+            await asyncio.wait([self._lost], timeout=timeout_s)
             transport.abort()
         self.fail(self.failed or KafkaProduceClosed("the producer closed"))
 

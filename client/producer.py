@@ -82,6 +82,8 @@ STREAM_RETRY_AFTER_S = 60
 # How long a broker whose Kafka listener could not be reached, or whose connection failed, gets its
 # Produce requests over gRPC before the producer connects to the Kafka listener again.
 KAFKA_PRODUCE_RETRY_AFTER_S = 5.0
+# A broker's pipe for Produce requests: both send in order and answer in order (None: unary calls).
+ProduceTransport = ProduceStream | KafkaProduceConnection
 
 
 def _now_ms() -> float:
@@ -550,7 +552,7 @@ class Producer:
         try:
             if address is None:
                 raise errors.LeaderNotAvailableError("leader address unknown")
-            stream: ProduceStream | KafkaProduceConnection | None = self._kafka_connection(leader, address, batches)
+            stream: ProduceTransport | None = self._kafka_connection(leader, address, batches)
             over_grpc = stream is None
             if over_grpc:
                 stream = self._produce_stream(address) if self._streams_to(address) else None
@@ -579,7 +581,7 @@ class Producer:
 
     async def _complete_request(self, address: str, batches: list[ProducerBatch], req: pb.ProduceRequest,
                                 call: Awaitable[pb.ProduceResponse],
-                                stream: ProduceStream | KafkaProduceConnection | None, over_grpc: bool) -> None:
+                                stream: ProduceTransport | None, over_grpc: bool) -> None:
         try:
             try:
                 if self.acks == 0:
@@ -670,7 +672,7 @@ class Producer:
         return stream
 
     async def _answer(self, address: str, req: pb.ProduceRequest, call: Awaitable[pb.ProduceResponse],
-                      stream: ProduceStream | KafkaProduceConnection | None) -> pb.ProduceResponse:
+                      stream: ProduceTransport | None) -> pb.ProduceResponse:
         """The answer to ``req``, sent on ``stream`` (None: a unary call). Answers on a stream come in
         order, so one that is late holds up all behind it: the stream is failed (they are retried
         on a new one). A broker without ProduceStream gets this request again, unary, and every

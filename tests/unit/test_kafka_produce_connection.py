@@ -133,12 +133,18 @@ def test_a_request_on_a_connection_closed_under_it_fails_as_a_connection_error()
     assert isinstance(uvloop.run(go()), ConnectionError)
 
 
+async def _closed_port() -> int:
+    """A loopback port nothing listens on any more (connecting is refused)."""
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port: int = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    return port
+
+
 def test_a_listener_that_cannot_be_reached_is_reported_as_such() -> None:
     async def go() -> None:
-        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        server.close()
-        await server.wait_closed()
+        port = await _closed_port()
         with pytest.raises(KafkaProduceUnreachable):
             await KafkaProduceConnection.open("127.0.0.1", port, None, 2)
 
@@ -151,10 +157,7 @@ def test_the_producer_sends_over_grpc_while_the_kafka_listener_cannot_be_reached
     from client.producer import Producer
 
     async def go() -> tuple[Any, Any, Any, bool]:
-        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        server.close()
-        await server.wait_closed()
+        port = await _closed_port()
         p = object.__new__(Producer)  # only the transport choice is exercised
         p.kafka_listener, p._closed, p.request_timeout_s, p.client_id = True, False, 2.0, "c"
         p._kafka_conns, p._kafka_connecting, p._kafka_retry_at, p._grpc_in_flight = {}, set(), {}, {}
