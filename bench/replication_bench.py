@@ -22,7 +22,12 @@ call, RF=3 acks=all. When confluent-kafka is installed, librdkafka's own produce
 RF=3 case too, through the brokers' Kafka listeners, next to the project's producer in the same
 run (and at the fixed rate with ``--rate``); without it that part is skipped with the reason printed.
 Every case reports the CPU seconds of this (producer) process and of each
-broker (``/proc/<pid>/stat``) during the case, so each run shows where the time went.
+broker (``/proc/<pid>/stat``) during the case, and the brokers' kernel share, so each run shows
+where the time went. The brokers' kernel time depends on the page cache: on this VM, a page the
+guest has not handed out recently costs 10-15x more to write than a recycled one, so once the run
+has filled the recently freed pages every case's log writes cost more. The last throughput case's
+log bytes are therefore written again with plain ``os.write`` to a new file right after it - the
+same bytes in the same page-cache state - and that CPU time is printed as the baseline.
 
     python bench/replication_bench.py [--records 400000] [--partitions 6] [--linger-ms 2] [--rate 20000]
                                       [--rate-linger-ms 0] [--bulk] [--tls] [--no-librdkafka] [--json]
@@ -31,6 +36,7 @@ broker (``/proc/<pid>/stat``) during the case, so each run shows where the time 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -68,28 +74,70 @@ def create_topics(bootstrap: str, partitions: int, security: ChannelSecurity = P
     view.close()
 
 
-def broker_cpu_s(pids: dict[int, int]) -> dict[int, float]:
-    """User + system CPU seconds so far of each broker process (fields 14 and 15 of /proc/<pid>/stat)."""
+def broker_cpu_split(pids: dict[int, int]) -> dict[int, tuple[float, float]]:
+    """(user, system) CPU seconds so far of each broker process (fields 14 and 15 of /proc/<pid>/stat)."""
     tick = os.sysconf("SC_CLK_TCK")
-    out: dict[int, float] = {}
+    out: dict[int, tuple[float, float]] = {}
     for broker_id, pid in pids.items():
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            out[broker_id] = (int(fields[11]) + int(fields[12])) / tick
+            out[broker_id] = (int(fields[11]) / tick, int(fields[12]) / tick)
         except (OSError, IndexError, ValueError):
-            out[broker_id] = 0.0
+            out[broker_id] = (0.0, 0.0)
     return out
 
 
-def measured(case: Callable[[], dict[str, Any]], pids: dict[int, int]) -> dict[str, Any]:
-    """Run ``case`` and add the CPU seconds it cost: this process (producer) and each broker."""
-    t0, b0 = os.times(), broker_cpu_s(pids)
+def broker_cpu_s(pids: dict[int, int]) -> dict[int, float]:
+    """User + system CPU seconds so far of each broker process."""
+    return {b: user + system for b, (user, system) in broker_cpu_split(pids).items()}
+
+
+def bytes_on_disk(root: Path) -> int:
+    """Total size of the files under ``root`` (the brokers' logs and indexes)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def measured(case: Callable[[], dict[str, Any]], pids: dict[int, int], data_dir: Path | None = None) -> dict[str, Any]:
+    """Run ``case`` and add the CPU seconds it cost: this process (producer) and each broker, the
+    brokers' system (kernel) share, and with ``data_dir`` the bytes the brokers wrote under it."""
+    written0 = bytes_on_disk(data_dir) if data_dir is not None else 0
+    t0, b0 = os.times(), broker_cpu_split(pids)
     result = case()
-    t1, b1 = os.times(), broker_cpu_s(pids)
+    t1, b1 = os.times(), broker_cpu_split(pids)
     result["producer_cpu_s"] = round((t1.user - t0.user) + (t1.system - t0.system), 2)
-    result["broker_cpu_s"] = {str(k): round(b1[k] - b0.get(k, 0.0), 2) for k in b1}
+    zero = (0.0, 0.0)
+    result["broker_cpu_s"] = {str(k): round(sum(b1[k]) - sum(b0.get(k, zero)), 2) for k in b1}
+    result["broker_system_s"] = round(sum(b1[k][1] - b0.get(k, zero)[1] for k in b1), 2)
+    if data_dir is not None:
+        result["bytes_written"] = bytes_on_disk(data_dir) - written0
     return result
+
+
+def fresh_write_cost(directory: Path, nbytes: int, chunk: int = 1 << 20) -> float:
+    """CPU seconds (almost all system) this process spends writing ``nbytes`` to a new file with plain
+    os.write: the page-cache cost of the same bytes at the same moment, the baseline of the brokers'
+    system time. On a VM the first touch of a page the guest has not handed out recently is
+    expensive (zeroing 8 GiB took 13.7 s here), so the same write costs 10-15x more once the
+    page cache has used up the recently freed pages: a case's broker CPU moves with the run order."""
+    path = directory / "fresh-write-baseline.bin"
+    buf = b"\0" * chunk
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    try:
+        t0 = os.times()
+        left = nbytes
+        while left > 0:
+            left -= os.write(fd, buf[:min(chunk, left)])
+        t1 = os.times()
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return (t1.user - t0.user) + (t1.system - t0.system)
 
 
 def run_bulk(bootstrap: str, topic: str, records: int, args: argparse.Namespace, per_call: int = 1000) -> dict[str, Any]:
@@ -284,11 +332,18 @@ def main() -> None:
         pids = {bid: b.pid for bid, b in state.brokers.items()}
         bs = state.bootstrap_servers
         kbs = state.kafka_bootstrap_servers
-        a = measured(lambda: run(bs, "rf1", 1, args.records, args), pids)
-        b = measured(lambda: run(bs, "rf3", "all", args.records, args), pids)
+        data = root / "cluster"
+        a = measured(lambda: run(bs, "rf1", 1, args.records, args), pids, data)
+        b = measured(lambda: run(bs, "rf3", "all", args.records, args), pids, data)
         rd_skip = "--no-librdkafka" if args.no_librdkafka else librdkafka_missing()
-        rd = None if rd_skip else measured(lambda: run_librdkafka(kbs, "rf3", args.records, args), pids)
-        bulk = measured(lambda: run_bulk(bs, "rf3", args.records, args), pids) if args.bulk else None
+        rd = None if rd_skip else measured(lambda: run_librdkafka(kbs, "rf3", args.records, args), pids, data)
+        bulk = measured(lambda: run_bulk(bs, "rf3", args.records, args), pids, data) if args.bulk else None
+        # The baseline of the last throughput case's broker system time: its bytes written to a new
+        # file right after it, in the same page-cache state (the file is removed at once).
+        last_name, last = ("send_batch", bulk) if bulk else ("RF=3 acks=all, librdkafka", rd) if rd \
+            else ("RF=3 acks=all", b)
+        baseline = {"case": last_name, "bytes": last["bytes_written"],
+                    "cpu_s": round(fresh_write_cost(root, last["bytes_written"]), 2)}
         at_rate: dict[str, Any] | None = None
         if args.rate > 0:
             n = min(args.records, args.rate * 5)  # about five seconds of offered load each
@@ -328,6 +383,7 @@ def main() -> None:
         result["librdkafka_skipped"] = rd_skip
     if at_rate is not None:
         result["latency_at_rate"] = at_rate
+    result["fresh_write_baseline"] = baseline
     if tls is not None:
         result["rf3_acks_all_tls_scram"] = tls
         result["tls_ratio"] = round(tls["records_per_sec"] / b["records_per_sec"], 3)
@@ -360,11 +416,23 @@ def main() -> None:
         cases.append(("RF=3 acks=all, librdkafka", rd))
     if at_rate is not None:
         cases.append((f"RF=3 acks=all at {args.rate:,}/s", at_rate["rf3_acks_all"]))
+        if "rf3_acks_all_librdkafka" in at_rate:
+            # librdkafka's threads are this process's CPU: at linger.ms=0 with records on three leaders
+            # they took a whole core here (0.3 s in 3 s at linger.ms=1, or on one leader), which on
+            # two cores leaves the brokers too little: its latency at rate is mostly that.
+            cases.append((f"RF=3 acks=all at {args.rate:,}/s, librdkafka", at_rate["rf3_acks_all_librdkafka"]))
     for name, r in cases:
         per_broker = ", ".join(f"broker {k} {v}" for k, v in r["broker_cpu_s"].items())
         total = sum(r["broker_cpu_s"].values())
+        per_record = total / max(1, r["records"]) * 1e6
+        kernel = r["broker_system_s"] / max(1, r["records"]) * 1e6
         print(f"CPU s, {name}: producer {r['producer_cpu_s']}, {per_broker} "
-              f"({total / max(1, r['records']) * 1e6:.2f} us broker CPU per record)")
+              f"({per_record:.2f} us broker CPU per record, {kernel:.2f} us of it in the kernel)")
+    last_case = dict(cases)[baseline["case"]]
+    print(f"baseline: the {baseline['bytes'] / 1e6:,.0f} MB the brokers wrote in the {baseline['case']} case, "
+          f"written with os.write to a new file right after it, cost {baseline['cpu_s']} CPU s "
+          f"({baseline['cpu_s'] / max(1, last_case['records']) * 1e6:.2f} us per record; the brokers' kernel "
+          f"time in that case: {last_case['broker_system_s']} s)")
     if tls is not None:
         print(f"ratio TLS+SCRAM / plaintext clients (RF=3 acks=all): {result['tls_ratio']}")
     if args.json:
