@@ -176,6 +176,52 @@ def encode_response(header: Header, response: Any) -> bytes:
     return bytes(out)
 
 
+# Produce v5-v8 responses (non-flexible, with log_start_offset) written directly: through kio (a
+# dataclass per entity, datetimes, a writer per field) one took ~19 us for two partitions, on the
+# path of every acks=1/all Produce answer; this takes ~3 us. Other versions go through kio.
+_PRODUCE_FAST_VERSIONS: Final = range(5, 9)
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_SIZE_CORRELATION: Final = struct.Struct(">ii")
+_PRODUCE_PARTITION: Final = struct.Struct(">ihqqq")  # index, error code, base offset, append time, start offset
+_KNOWN_ERROR_CODES: Final = frozenset(int(c) for c in ErrorCode)
+_NULL_STRING: Final = _I16.pack(-1)
+_NO_RECORD_ERRORS: Final = _I32.pack(0)
+
+
+def encode_produce_response(header: Header, resp: pb.ProduceResponse) -> bytes | None:
+    """The size-prefixed Produce response frame of ``resp``, byte for byte what
+    ``encode_response(header, from_pb(...))`` writes, for versions 5-8; None for the others.
+    ValueError when a string does not fit its int16 length (kio refuses those too)."""
+    version = header.api_version
+    if version not in _PRODUCE_FAST_VERSIONS:
+        return None
+    v8 = version >= 8
+    parts: list[bytes] = [b"", _I32.pack(len(resp.topics))]
+    for t in resp.topics:
+        name = t.name.encode()
+        if len(name) > 0x7FFF:
+            raise ValueError(f"a topic name of {len(name)} bytes")
+        parts.append(_I16.pack(len(name)) + name + _I32.pack(len(t.partitions)))
+        for p in t.partitions:
+            code = p.error_code if p.error_code in _KNOWN_ERROR_CODES else ErrorCode.unknown_server_error
+            # kio writes a negative log append time as -1 (no LogAppendTime), as Kafka does.
+            parts.append(_PRODUCE_PARTITION.pack(p.partition, code, p.base_offset, max(p.log_append_time_ms, -1),
+                                                 p.log_start_offset))
+            if v8:
+                parts.append(_NO_RECORD_ERRORS)
+                if p.error_message:
+                    message = p.error_message.encode()
+                    if len(message) > 0x7FFF:
+                        raise ValueError(f"an error message of {len(message)} bytes")
+                    parts.append(_I16.pack(len(message)) + message)
+                else:
+                    parts.append(_NULL_STRING)
+    parts.append(_I32.pack(resp.throttle_time_ms))
+    parts[0] = _SIZE_CORRELATION.pack(4 + sum(map(len, parts)), header.correlation_id)
+    return b"".join(parts)
+
+
 def expects_response(d: Decoded) -> bool:
     """acks=0 produce requests are never answered (Kafka's rule)."""
     return not (d.header.api_key == PRODUCE and d.request.acks == 0)

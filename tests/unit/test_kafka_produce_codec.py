@@ -10,6 +10,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.serial.errors import SerialError
 
 from broker import kafka_wire as kw
 from proto import minikafka_pb2 as pb
@@ -84,3 +85,41 @@ def _answer() -> bytes:
 def test_an_answer_that_does_not_hold_together_is_refused(bad: bytes) -> None:
     with pytest.raises(ValueError):
         decode_produce_response(bad)
+
+
+@st.composite
+def broker_answers(draw: st.DrawFn) -> pb.ProduceResponse:
+    """What the broker's handler may answer: any of its error codes (some unknown to Kafka), any
+    log append time, long messages, and no topics or partitions at all."""
+    resp = pb.ProduceResponse(throttle_time_ms=draw(st.integers(0, 2**31 - 1)))
+    codes = st.sampled_from([*sorted(set(pb.ErrorCode.values())), 9999, -1])
+    for name in draw(st.lists(names, max_size=3, unique=True)):
+        tr = resp.topics.add(name=name)
+        for p in draw(st.lists(st.integers(0, 2**31 - 1), max_size=3, unique=True)):
+            tr.partitions.add(partition=p, error_code=draw(codes), base_offset=draw(st.integers(-1, 2**63 - 1)),
+                              log_start_offset=draw(st.integers(-1, 2**63 - 1)),
+                              log_append_time_ms=draw(st.one_of(st.integers(-2**40, -1), st.integers(0, 2**41))),
+                              error_message=draw(st.text(max_size=300)))
+    return resp
+
+
+@settings(max_examples=300, deadline=None)
+@given(broker_answers(), st.integers(0, 2**31 - 1), st.integers(3, 9))
+def test_the_broker_writes_produce_answers_as_kio_does(resp: pb.ProduceResponse, cid: int, version: int) -> None:
+    header = kw.Header(kw.PRODUCE, version, cid, "p")
+    fast = kw.encode_produce_response(header, resp)
+    if version not in range(5, 9):
+        assert fast is None  # flexible v9 and the oldest versions: through kio
+        return
+    d = kw.Decoded(header, None)
+    assert fast == kw.encode_response(header, kw.from_pb(d, [resp]))
+
+
+def test_an_error_message_too_long_for_its_int16_length_is_refused_as_kio_refuses_it() -> None:
+    resp = pb.ProduceResponse(topics=[pb.ProduceTopicResponse(name="t", partitions=[
+        pb.ProducePartitionResponse(partition=0, error_code=2, error_message="m" * 0x8000)])])
+    header = kw.Header(kw.PRODUCE, 8, 1, "p")
+    with pytest.raises(ValueError):
+        kw.encode_produce_response(header, resp)
+    with pytest.raises(SerialError):
+        kw.encode_response(header, kw.from_pb(kw.Decoded(header, None), [resp]))
