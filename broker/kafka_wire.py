@@ -25,7 +25,9 @@ asked for. Nothing here does I/O; ``broker.kafka_listener`` is the shell.
   missing in old versions; responses are built by ``build``, which takes the
   values of the newest version and keeps only the fields the client's version
   has (missing ones get their schema default), converting milliseconds to
-  kio's timedeltas/datetimes and integers to its ``ErrorCode``.
+  kio's timedeltas/datetimes and integers to its ``ErrorCode``. Produce answers
+  of v5-v8, on the path of every acknowledged produce, are written directly
+  (``encode_produce_response``), byte for byte as kio writes them.
 * Batches pass through untouched: Produce hands the RecordBatch bytes to the
   same validator and log append as the gRPC path; Fetch returns the stored bytes.
 
