@@ -93,20 +93,22 @@ def broker_cpu_s(pids: dict[int, int]) -> dict[int, float]:
     return {b: user + system for b, (user, system) in broker_cpu_split(pids).items()}
 
 
-def bytes_on_disk(root: Path) -> int:
-    """Total size of the files under ``root`` (the brokers' logs and indexes)."""
+def bytes_on_disk(roots: list[Path]) -> int:
+    """Total size of the files under ``roots`` (the brokers' log directories: segments, indexes)."""
     total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_size
+    for root in roots:
+        for dirpath, _dirs, files in os.walk(root):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(dirpath, name)).st_size
     return total
 
 
-def measured(case: Callable[[], dict[str, Any]], pids: dict[int, int], data_dir: Path | None = None) -> dict[str, Any]:
+def measured(case: Callable[[], dict[str, Any]], pids: dict[int, int],
+             log_dirs: list[Path] | None = None) -> dict[str, Any]:
     """Run ``case`` and add the CPU seconds it cost: this process (producer) and each broker, the
-    brokers' system (kernel) share, and with ``data_dir`` the bytes the brokers wrote under it."""
-    written0 = bytes_on_disk(data_dir) if data_dir is not None else 0
+    brokers' system (kernel) share, and with ``log_dirs`` the bytes the brokers wrote there."""
+    written0 = bytes_on_disk(log_dirs) if log_dirs is not None else 0
     t0, b0 = os.times(), broker_cpu_split(pids)
     result = case()
     t1, b1 = os.times(), broker_cpu_split(pids)
@@ -114,8 +116,8 @@ def measured(case: Callable[[], dict[str, Any]], pids: dict[int, int], data_dir:
     zero = (0.0, 0.0)
     result["broker_cpu_s"] = {str(k): round(sum(b1[k]) - sum(b0.get(k, zero)), 2) for k in b1}
     result["broker_system_s"] = round(sum(b1[k][1] - b0.get(k, zero)[1] for k in b1), 2)
-    if data_dir is not None:
-        result["bytes_written"] = bytes_on_disk(data_dir) - written0
+    if log_dirs is not None:
+        result["bytes_written"] = bytes_on_disk(log_dirs) - written0
     return result
 
 
@@ -332,7 +334,9 @@ def main() -> None:
         pids = {bid: b.pid for bid, b in state.brokers.items()}
         bs = state.bootstrap_servers
         kbs = state.kafka_bootstrap_servers
-        data = root / "cluster"
+        data = sorted((root / "cluster").glob("broker-*/data"))  # log.dirs (not ZooKeeper's, not text logs)
+        if len(data) != len(pids):
+            raise SystemExit(f"expected {len(pids)} broker log directories under {root / 'cluster'}, found {data}")
         a = measured(lambda: run(bs, "rf1", 1, args.records, args), pids, data)
         b = measured(lambda: run(bs, "rf3", "all", args.records, args), pids, data)
         rd_skip = "--no-librdkafka" if args.no_librdkafka else librdkafka_missing()

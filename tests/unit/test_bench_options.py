@@ -43,7 +43,8 @@ def test_the_page_cache_baseline_writes_the_bytes_and_leaves_nothing(tmp_path: P
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "00000000000000000000.log").write_bytes(b"x" * 3000)
     (tmp_path / "b.index").write_bytes(b"y" * 24)
-    assert _bench.bytes_on_disk(tmp_path) == 3024
+    assert _bench.bytes_on_disk([tmp_path]) == 3024
+    assert _bench.bytes_on_disk([tmp_path / "a", tmp_path / "gone"]) == 3000
     cost = _bench.fresh_write_cost(tmp_path, 3 * (1 << 20) + 5)
     assert cost >= 0.0
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["00000000000000000000.log", "a", "b.index"]
