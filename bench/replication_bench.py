@@ -125,8 +125,9 @@ def fresh_write_cost(directory: Path, nbytes: int, chunk: int = 1 << 20) -> floa
     """CPU seconds (almost all system) this process spends writing ``nbytes`` to a new file with plain
     os.write: the page-cache cost of the same bytes at the same moment, the baseline of the brokers'
     system time. On a VM the first touch of a page the guest has not handed out recently is
-    expensive (zeroing 8 GiB took 13.7 s here), so the same write costs 10-15x more once the
-    page cache has used up the recently freed pages: a case's broker CPU moves with the run order."""
+    expensive, so the same write costs 10-15x more once the page cache has used up the recently
+    freed pages (300 MB: 0.05 s of system time, then 0.7-0.8 s): a case's broker CPU moves with
+    the run order."""
     path = directory / "fresh-write-baseline.bin"
     buf = b"\0" * chunk
     fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
