@@ -357,11 +357,7 @@ class KafkaListener:
         """The response frame of ``d`` from its handlers' answers; None (and the connection goes)
         when a value cannot be put in the response of the client's version."""
         try:
-            if d.header.api_key == kafka_wire.PRODUCE:
-                fast = kafka_wire.encode_produce_response(d.header, answers[0])
-                if fast is not None:
-                    return fast
-            return kafka_wire.encode_response(d.header, kafka_wire.from_pb(d, answers))
+            return kafka_wire.encode_answer(d, answers)
         except Exception as e:
             self._unanswerable(d, host, e)
             return None

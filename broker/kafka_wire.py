@@ -66,6 +66,7 @@ from kio.serial.errors import SerialError
 from broker.kafka_wire_bounds import check_request
 from broker.log.config import TOPIC_CONFIG_NAMES
 from proto import minikafka_pb2 as pb
+from proto.kafka_produce import PARTITION_RESPONSE
 
 # Smallest legal request: api key, api version, correlation id, client id length.
 MIN_FRAME_BYTES: Final = 10
@@ -185,7 +186,6 @@ _PRODUCE_FAST_VERSIONS: Final = range(5, 9)
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _SIZE_CORRELATION: Final = struct.Struct(">ii")
-_PRODUCE_PARTITION: Final = struct.Struct(">ihqqq")  # index, error code, base offset, append time, start offset
 _KNOWN_ERROR_CODES: Final = frozenset(int(c) for c in ErrorCode)
 _NULL_STRING: Final = _I16.pack(-1)
 _NO_RECORD_ERRORS: Final = _I32.pack(0)
@@ -208,7 +208,7 @@ def encode_produce_response(header: Header, resp: pb.ProduceResponse) -> bytes |
         for p in t.partitions:
             code = p.error_code if p.error_code in _KNOWN_ERROR_CODES else ErrorCode.unknown_server_error
             # kio writes a negative log append time as -1 (no LogAppendTime), as Kafka does.
-            parts.append(_PRODUCE_PARTITION.pack(p.partition, code, p.base_offset, max(p.log_append_time_ms, -1),
+            parts.append(PARTITION_RESPONSE.pack(p.partition, code, p.base_offset, max(p.log_append_time_ms, -1),
                                                  p.log_start_offset))
             if v8:
                 parts.append(_NO_RECORD_ERRORS)
@@ -222,6 +222,15 @@ def encode_produce_response(header: Header, resp: pb.ProduceResponse) -> bytes |
     parts.append(_I32.pack(resp.throttle_time_ms))
     parts[0] = _SIZE_CORRELATION.pack(4 + sum(map(len, parts)), header.correlation_id)
     return b"".join(parts)
+
+
+def encode_answer(d: Decoded, answers: Sequence[Any]) -> bytes:
+    """The response frame of ``d`` from its handlers' answers to ``to_pb(d)``."""
+    if d.header.api_key == PRODUCE:
+        fast = encode_produce_response(d.header, answers[0])
+        if fast is not None:
+            return fast
+    return encode_response(d.header, from_pb(d, answers))
 
 
 def expects_response(d: Decoded) -> bool:

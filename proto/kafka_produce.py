@@ -15,6 +15,8 @@ broker translates the request into the same ``ProduceRequest`` the gRPC listener
 * response: header v0 (correlation id), then per topic and partition the error code, base
   offset, log append time, log start offset, record errors and error message, then the
   throttle time - returned as the ``ProduceResponse`` the gRPC listener would have answered.
+  The broker writes these answers with the same partition layout (``PARTITION_RESPONSE``,
+  ``broker.kafka_wire.encode_produce_response``).
 
 The response comes from the network, so every length is checked against the bytes there are:
 anything short, negative or left over raises ``ValueError`` and the connection goes.
@@ -36,7 +38,8 @@ _HEADER: Final = struct.Struct(">ihhih")  # size, api key, api version, correlat
 _ACKS_TIMEOUT: Final = struct.Struct(">hhi")  # transactional id length (-1: null), acks, timeout
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
-_PARTITION: Final = struct.Struct(">ihqqq")  # index, error code, base offset, log append time, log start offset
+# One partition of a Produce v5-v8 answer: the broker writes it (broker.kafka_wire) and the producer reads it.
+PARTITION_RESPONSE: Final = struct.Struct(">ihqqq")  # index, error code, base offset, log append time, log start offset
 
 
 def encode_produce_request(correlation_id: int, client_id: str, request: pb.ProduceRequest) -> bytes:
@@ -97,8 +100,8 @@ def decode_produce_response(body: bytes | memoryview) -> tuple[int, pb.ProduceRe
     resp = pb.ProduceResponse()
     for _t in range(r.count(2 + 4)):
         tr = resp.topics.add(name=r.string())
-        for _p in range(r.count(_PARTITION.size + 4 + 2)):
-            index, code, base_offset, append_time, start_offset = r.take(_PARTITION)
+        for _p in range(r.count(PARTITION_RESPONSE.size + 4 + 2)):
+            index, code, base_offset, append_time, start_offset = r.take(PARTITION_RESPONSE)
             for _e in range(r.count(4 + 2)):  # record errors: counted in the error message below
                 r.take(_I32)
                 r.string(nullable=True)

@@ -112,7 +112,7 @@ def test_the_broker_writes_produce_answers_as_kio_does(resp: pb.ProduceResponse,
         assert fast is None  # flexible v9 and the oldest versions: through kio
         return
     d = kw.Decoded(header, None)
-    assert fast == kw.encode_response(header, kw.from_pb(d, [resp]))
+    assert fast == kw.encode_response(header, kw.from_pb(d, [resp])) == kw.encode_answer(d, [resp])
 
 
 def test_an_error_message_too_long_for_its_int16_length_is_refused_as_kio_refuses_it() -> None:
