@@ -3,9 +3,11 @@ S12.3), validate (S13), convert protobuf <-> the coordinator's Kafka-shaped call
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from broker.group_coordinator import GROUP_OPERATIONS, GroupCoordinator
+from broker.group_state import OffsetAndMetadata
 from broker.request_guard import judge_partitions
 from broker.security.authorizer import GROUP, TOPIC
 from broker.security.gatekeeper import Gatekeeper
@@ -25,8 +27,11 @@ def _w(code: int) -> Any:
 
 class GroupApis:
     def __init__(self, coordinator: GroupCoordinator, gate: Gatekeeper, endpoint: Any,
-                 max_partitions: int) -> None:
+                 max_partitions: int, partition_exists: Callable[[str, int], bool]) -> None:
         self.c = coordinator
+        # Kafka refuses a commit for a partition its metadata cache does not hold
+        # (UNKNOWN_TOPIC_OR_PARTITION, nothing stored): no znode for a name nobody created.
+        self.partition_exists = partition_exists
         self.gate = gate
         # endpoint(broker_id, listener) -> pb.BrokerEndpoint | None: the coordinator's address as a
         # client on this listener reaches it.
@@ -87,9 +92,9 @@ class GroupApis:
         entries = [(t.name, p.partition) for t in req.topics for p in t.partitions]
         verdicts = judge_partitions(entries, self.max_partitions)
         group_ok = self._group_allowed(ctx, "OffsetCommit", req.group_id)
-        wanted: dict[tuple[str, int], int] = {}
+        wanted: dict[tuple[str, int], OffsetAndMetadata] = {}
         codes: dict[tuple[str, int], int] = {}
-        offsets = [p.offset for t in req.topics for p in t.partitions]
+        offsets = [OffsetAndMetadata(p.offset, p.metadata) for t in req.topics for p in t.partitions]
         for tp, verdict, offset in zip(entries, verdicts, offsets, strict=True):
             if not group_ok:
                 codes[tp] = errors.GroupAuthorizationFailedError.code
@@ -97,6 +102,8 @@ class GroupApis:
                 codes[tp] = verdict
             elif not self.gate.allowed(ctx, "Read", TOPIC, tp[0]):
                 codes[tp] = errors.TopicAuthorizationFailedError.code
+            elif not self.partition_exists(*tp):
+                codes[tp] = errors.UnknownTopicOrPartitionError.code
             else:
                 wanted[tp] = offset
         if wanted:
@@ -118,14 +125,14 @@ class GroupApis:
         if code != 0:
             return resp
         if not req.topics:
-            by_topic: dict[str, list[tuple[int, int]]] = {}
-            for (topic, part), off in sorted(found.items()):
+            by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = {}
+            for (topic, part), om in sorted(found.items()):
                 if self.gate.allowed(ctx, "Describe", TOPIC, topic):
-                    by_topic.setdefault(topic, []).append((part, off))
+                    by_topic.setdefault(topic, []).append((part, om))
             for topic, parts in by_topic.items():
                 rt = resp.topics.add(name=topic)
-                for part, off in parts:
-                    rt.partitions.add(partition=part, committed_offset=off)
+                for part, committed in parts:
+                    rt.partitions.add(partition=part, committed_offset=committed.offset, metadata=committed.metadata)
             return resp
         i = 0
         for t in req.topics:
@@ -138,7 +145,9 @@ class GroupApis:
                     rt.partitions.add(partition=p, committed_offset=-1, error_code=verdict if verdict != E.NONE
                                       else E.TOPIC_AUTHORIZATION_FAILED)
                 else:
-                    rt.partitions.add(partition=p, committed_offset=found.get((t.name, p), -1))
+                    got = found.get((t.name, p))
+                    rt.partitions.add(partition=p, committed_offset=-1 if got is None else got.offset,
+                                      metadata="" if got is None else got.metadata)
         return resp
 
     async def list_groups(self, req: pb.ListGroupsRequest, ctx: RequestContext) -> pb.ListGroupsResponse:

@@ -13,21 +13,40 @@ timeouts, and (5) writes committed offsets to
 gateway before the core's cache records them.
 
 Coordinator choice: ``coordinator_for(group_id, live broker ids)`` =
-``sorted(ids)[crc32(group_id) % len(ids)]``, over the live brokers of this
-broker's metadata cache (the controller's UpdateMetadata). Clients ask any
-broker with FindCoordinator and go to the answer; a broker that is not the
-coordinator answers NOT_COORDINATOR and the client asks again. When the live
-brokers change, groups move; the old coordinator unloads them (parked requests
-get NOT_COORDINATOR), members rejoin at the new one, which starts from the
-committed offsets in ZooKeeper (members are not persisted, as Kafka persists
-only to its offsets topic: a moved group rebalances).
+``sorted(ids)[crc32(group_id) % len(ids)]``. FindCoordinator answers from this
+broker's metadata cache (the controller's UpdateMetadata); a broker that is not
+the coordinator answers NOT_COORDINATOR and the client asks again. When the
+live brokers change, groups move; the old coordinator unloads them (parked
+requests get NOT_COORDINATOR), members rejoin at the new one, which starts from
+the committed offsets in ZooKeeper (members are not persisted, as Kafka
+persists only to its offsets topic: a moved group rebalances).
 
-Known limit: while two brokers' metadata caches disagree about the live brokers
-(the moments around a broker joining or dying), both may believe they
-coordinate a group; each fences commits only by its own generations. Kafka
-closes that window with the leader epoch of the offsets partition; here the
-window is the controller's UpdateMetadata propagation, and the loss is bounded
-to at-least-once redelivery (a commit never moves past what its member read).
+Fencing (SPEC S11.4). Ownership is decided and fenced through ZooKeeper, not by
+each broker's own view of the live set, which can be stale (a broker paused past
+its session resumes believing it still coordinates). ``GroupOwnership`` below:
+
+* **Taking a group over** reads the live brokers from ZooKeeper itself (not the
+  cache) and claims the group only if the rule names this broker there: it bumps
+  the coordinator epoch in /consumers/[group]/coordinator with a write
+  conditional on the version it read, then loads the offsets *after* the claim
+  (so it sees every commit the previous coordinator could still make). The
+  znode version it wrote is its ``GroupLease``.
+* **Every write is fenced** by the lease: committed offsets go in one multi-op
+  that first checks the coordinator znode's version, and the generation whose
+  assignment SyncGroup hands out is recorded in the znode (conditional too)
+  before any member receives it. A fenced write fails whole: the group is
+  unloaded and the client told NOT_COORDINATOR.
+* **Reads are fenced too**: OffsetFetch answers from the cache only after a
+  check-only multi confirms the lease (linearizable: it goes through
+  ZooKeeper's leader) - a resumed stale coordinator cannot serve old offsets.
+* **A lost session unloads every group** at once; they are claimed again, with
+  a fresh load, on the next request that finds this broker their coordinator.
+* Generations stay monotonic across moves: a claim keeps the recorded
+  generation, and the new coordinator's next generation is one above it.
+
+So an acknowledged commit is never read back lower: it was written under the
+lease current at that moment, and any later reader either holds that lease
+(its cache holds the commit) or took the group over after it (and loaded it).
 
 The async API is Kafka-shaped and transport-free, so that the gRPC servicer
 and a Kafka wire-protocol listener map onto the same calls (authorization is
@@ -40,10 +59,11 @@ the caller's: see ``GROUP_OPERATIONS``)::
     sync_group(group_id, generation_id, member_id, assignments: dict[str, bytes]) -> SyncGroupResult
     heartbeat(group_id, generation_id, member_id) -> error_code
     leave_group(group_id, member_id) -> error_code
-    commit_offsets(group_id, generation_id, member_id, offsets: dict[(topic, partition), offset])
+    commit_offsets(group_id, generation_id, member_id,
+                   offsets: dict[(topic, partition), OffsetAndMetadata])
         -> dict[(topic, partition), error_code]
     fetch_offsets(group_id, partitions: list[(topic, partition)] | None)
-        -> (error_code, dict[(topic, partition), offset])   # absent: none committed
+        -> (error_code, dict[(topic, partition), OffsetAndMetadata])   # absent: none committed
     list_groups() -> (error_code, list[(group_id, protocol_type)])
     describe_group(group_id) -> (error_code, GroupDescription)
 
@@ -57,8 +77,9 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
 
 from broker.group_state import (
     JOIN,
@@ -68,12 +89,14 @@ from broker.group_state import (
     GroupDescription,
     GroupStateMachine,
     JoinGroupResult,
+    OffsetAndMetadata,
     SyncGroupResult,
     coordinator_for,
 )
 from proto import errors
 from proto.names import validate_group_id
 from proto.zk_client import KafkaZkClient
+from proto.zk_data import GroupLease
 
 log = logging.getLogger(__name__)
 
@@ -93,17 +116,64 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+Offload = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A group taken over: the lease that fences it and what storage held at that moment."""
+    lease: GroupLease
+    offsets: dict[tuple[str, int], OffsetAndMetadata]
+
+
+class GroupOwnership:
+    """The coordinator's ZooKeeper half, synchronous (run off the event loop by the shell, called
+    directly by the simulation): claim, fenced writes, lease checks. See the module docstring."""
+
+    def __init__(self, broker_id: int, zk: KafkaZkClient, clock: Callable[[], int] = now_ms) -> None:
+        self.broker_id = broker_id
+        self.zk = zk
+        self.clock = clock
+
+    def take_over(self, group_id: str) -> Loaded | None:
+        """None when ZooKeeper's live brokers name another coordinator (this broker's cache is behind)."""
+        if coordinator_for(group_id, self.zk.get_registered_broker_ids()) != self.broker_id:
+            return None
+        lease = self.zk.claim_group(group_id, self.broker_id, self.clock())
+        stored = self.zk.get_group_offsets_and_metadata(group_id)
+        return Loaded(lease, {tp: OffsetAndMetadata(o, m) for tp, (o, m) in stored.items()})
+
+    def commit(self, lease: GroupLease, offsets: dict[tuple[str, int], OffsetAndMetadata],
+               known: set[tuple[str, int]]) -> None:
+        """Raises NotCoordinatorError when fenced (nothing written)."""
+        self.zk.commit_group_offsets(lease, {tp: (om.offset, om.metadata) for tp, om in offsets.items()}, known)
+
+    def record_generation(self, lease: GroupLease, generation_id: int) -> GroupLease:
+        """Raises NotCoordinatorError when fenced."""
+        return self.zk.set_group_generation(lease, generation_id, self.clock())
+
+    def still_owner(self, lease: GroupLease) -> bool:
+        return self.zk.group_lease_valid(lease)
+
+
 class GroupCoordinator:
     def __init__(self, broker_id: int, zk: KafkaZkClient, live_brokers: Callable[[], list[int]],
-                 limits: CoordinatorLimits | None = None, clock: Callable[[], int] = now_ms) -> None:
+                 limits: CoordinatorLimits | None = None, clock: Callable[[], int] = now_ms,
+                 offload: Offload | None = None) -> None:
         self.broker_id = broker_id
         self.zk = zk
         self.live_brokers = live_brokers
         self.core = GroupStateMachine(limits)
         self.clock = clock
+        self.ownership = GroupOwnership(broker_id, zk, clock)
+        # Blocking ZooKeeper calls run here: a thread in the broker, a direct call in the simulation.
+        self.offload: Offload = offload or asyncio.to_thread
+        self.leases: dict[str, GroupLease] = {}
         self._waiters: dict[tuple[str, str, str], asyncio.Future[JoinGroupResult | SyncGroupResult]] = {}
         self._early: dict[tuple[str, str, str], JoinGroupResult | SyncGroupResult] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}
+        # Bumped by every session loss: a load begun in an older session must not install its lease.
+        self._session_generation = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -118,7 +188,21 @@ class GroupCoordinator:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         for group_id in list(self.core.groups):
-            self._dispatch(self.core.unload(group_id, self.clock()))
+            self._unload(group_id)
+
+    def on_session_lost(self) -> None:
+        """The ZooKeeper session is gone: every lease may have been taken over. Stop answering for
+        every group until it is claimed and loaded again (SPEC S14.1, S11.4). Event loop only."""
+        self._session_generation += 1
+        if self.core.groups:
+            log.warning("groups %s: ZooKeeper session lost; unloaded until claimed again",
+                        ", ".join(sorted(self.core.groups)))
+        self._dispatch(self.core.unload_all(self.clock()))
+        self.leases.clear()
+
+    def _unload(self, group_id: str) -> None:
+        self.leases.pop(group_id, None)
+        self._dispatch(self.core.unload(group_id, self.clock()))
 
     async def _run(self) -> None:
         """Tick the core at its next deadline (bounded: membership changes are checked too)."""
@@ -128,7 +212,7 @@ class GroupCoordinator:
                 for group_id in list(self.core.groups):
                     if not self.is_coordinator(group_id):
                         log.info("group %s: no longer its coordinator; unloading", group_id)
-                        self._dispatch(self.core.unload(group_id, self.clock()))
+                        self._unload(group_id)
             except Exception:
                 log.exception("group coordinator tick failed")
             deadline = self.core.next_deadline_ms()
@@ -156,30 +240,65 @@ class GroupCoordinator:
         return NONE if owner == self.broker_id else NOT_COORDINATOR
 
     async def _ensure_loaded(self, group_id: str) -> int:
-        """NONE once the group's committed offsets are loaded from ZooKeeper."""
-        if self.core.is_loaded(group_id):
+        """NONE once the group is claimed (its lease held) and its committed offsets loaded."""
+        if self.core.is_loaded(group_id) and group_id in self.leases:
             return NONE
         pending = self._loading.get(group_id)
-        if pending is None:
+        if pending is not None:
+            await pending
+        else:
             pending = self._loading[group_id] = asyncio.get_running_loop().create_future()
+            session = self._session_generation
             try:
-                offsets = await asyncio.to_thread(self.zk.get_group_offsets, group_id)
-                self.core.load(group_id, offsets)
-                log.info("group %s: loaded %d committed offsets from ZooKeeper", group_id, len(offsets))
-                pending.set_result(None)
+                loaded = await self.offload(self.ownership.take_over, group_id)
+                if loaded is None:
+                    return NOT_COORDINATOR
+                if session != self._session_generation:
+                    return COORDINATOR_NOT_AVAILABLE  # the session was lost while claiming
+                self._unload(group_id)  # whatever was cached belongs to an older lease
+                self.core.load(group_id, loaded.offsets, loaded.lease.generation_id)
+                self.leases[group_id] = loaded.lease
+                log.info("group %s: coordinator epoch %d, generation %d, %d committed offsets loaded",
+                         group_id, loaded.lease.coordinator_epoch, loaded.lease.generation_id, len(loaded.offsets))
             except Exception as e:
-                log.warning("group %s: cannot load offsets: %s", group_id, e)
-                pending.set_result(None)
+                log.warning("group %s: cannot take it over: %s", group_id, e)
                 return COORDINATOR_NOT_AVAILABLE
             finally:
                 self._loading.pop(group_id, None)
-        else:
-            await pending
-        return NONE if self.core.is_loaded(group_id) else COORDINATOR_NOT_AVAILABLE
+                pending.set_result(None)
+        return NONE if self.core.is_loaded(group_id) and group_id in self.leases else COORDINATOR_NOT_AVAILABLE
 
     async def _admit(self, group_id: str) -> int:
         code = self._check(group_id)
         return code if code != NONE else await self._ensure_loaded(group_id)
+
+    def _fenced(self, group_id: str, lease: GroupLease) -> None:
+        """Another coordinator took ``group_id`` over: drop it (if still under that lease)."""
+        if self.leases.get(group_id) == lease:
+            log.warning("group %s: coordinator epoch %d fenced by a newer coordinator; unloading",
+                        group_id, lease.coordinator_epoch)
+            self._unload(group_id)
+
+    async def _record_generation(self, group_id: str) -> int:
+        """Before a member receives an assignment: the generation is recorded under the lease
+        (NONE), or this coordinator was fenced (NOT_COORDINATOR, group unloaded)."""
+        lease = self.leases.get(group_id)
+        generation = self.core.stable_generation(group_id)
+        if lease is None:
+            return NOT_COORDINATOR
+        if generation is None or generation <= lease.generation_id:
+            return NONE
+        try:
+            new_lease = await self.offload(self.ownership.record_generation, lease, generation)
+        except errors.NotCoordinatorError:
+            self._fenced(group_id, lease)
+            return NOT_COORDINATOR
+        except Exception as e:
+            log.warning("group %s: cannot record generation %d: %s", group_id, generation, e)
+            return COORDINATOR_NOT_AVAILABLE
+        if self.leases.get(group_id) == lease:
+            self.leases[group_id] = new_lease
+        return NONE
 
     def _dispatch(self, completions: list[Completion]) -> None:
         for c in completions:
@@ -237,6 +356,14 @@ class GroupCoordinator:
         if code != NONE:
             return SyncGroupResult(code)
         answer, done = self.core.sync(group_id, generation_id, member_id, assignments, self.clock())
+        if answer is not None and answer.error_code == NONE:
+            # The leader's assignment completed the generation (``done`` holds the followers'
+            # answers), or a member of a Stable group asks again: nobody receives an assignment
+            # before its generation is recorded under this coordinator's lease.
+            code = await self._record_generation(group_id)
+            if code != NONE:
+                self._dispatch([Completion(c.group_id, c.member_id, c.api, SyncGroupResult(code)) for c in done])
+                return SyncGroupResult(code)
         self._dispatch(done)
         if answer is not None:
             return answer
@@ -257,39 +384,65 @@ class GroupCoordinator:
         return code
 
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
-                             offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+                             offsets: dict[tuple[str, int], OffsetAndMetadata]) -> dict[tuple[str, int], int]:
+        """Validated per partition (see ``GroupStateMachine.check_commit_entry``; the caller has
+        refused unknown topics and partitions), then written in one fenced multi-op: all or none."""
         code = await self._admit(group_id)
         if code == NONE:
             code = self.core.commit_offsets(group_id, generation_id, member_id)
         if code != NONE:
             return {tp: code for tp in offsets}
         result: dict[tuple[str, int], int] = {}
-        written: dict[tuple[str, int], int] = {}
-        for (topic, partition), offset in offsets.items():
-            if offset < 0:
-                result[(topic, partition)] = errors.OffsetOutOfRangeError.code
-                continue
-            try:
-                await asyncio.to_thread(self.zk.commit_offset, group_id, topic, partition, offset)
-                written[(topic, partition)] = offset
-                result[(topic, partition)] = NONE
-            except Exception as e:
-                log.warning("group %s: commit of %s-%d failed: %s", group_id, topic, partition, e)
-                result[(topic, partition)] = COORDINATOR_NOT_AVAILABLE
-        self.core.offsets_committed(group_id, written)
+        accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
+        adding = 0
+        stored = self.core.stored_partitions(group_id)
+        for tp, om in offsets.items():
+            verdict = self.core.check_commit_entry(group_id, tp, om.offset, om.metadata, adding)
+            result[tp] = verdict
+            if verdict == NONE:
+                accepted[tp] = om
+                adding += tp not in stored
+        lease = self.leases.get(group_id)
+        if not accepted:
+            return result
+        if lease is None:
+            return {tp: NOT_COORDINATOR for tp in offsets}
+        try:
+            await self.offload(self.ownership.commit, lease, accepted, stored)
+        except errors.NotCoordinatorError:
+            self._fenced(group_id, lease)
+            return {tp: NOT_COORDINATOR for tp in offsets}
+        except Exception as e:
+            log.warning("group %s: commit of %d offsets failed: %s", group_id, len(accepted), e)
+            return {tp: (COORDINATOR_NOT_AVAILABLE if tp in accepted else c) for tp, c in result.items()}
+        if self.leases.get(group_id) == lease:
+            self.core.offsets_committed(group_id, accepted)
         return result
 
-    async def fetch_offsets(self, group_id: str,
-                            partitions: list[tuple[str, int]] | None) -> tuple[int, dict[tuple[str, int], int]]:
+    async def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                            ) -> tuple[int, dict[tuple[str, int], OffsetAndMetadata]]:
         code = await self._admit(group_id)
         if code != NONE:
             return code, {}
+        lease = self.leases.get(group_id)
+        if lease is None:
+            return NOT_COORDINATOR, {}
+        # The cache is the truth only while the lease is: confirm it (a resumed, paused coordinator
+        # would otherwise answer with the offsets it had before another broker took the group over).
+        try:
+            valid = await self.offload(self.ownership.still_owner, lease)
+        except Exception as e:
+            log.warning("group %s: cannot confirm the coordinator lease: %s", group_id, e)
+            return COORDINATOR_NOT_AVAILABLE, {}
+        if not valid:
+            self._fenced(group_id, lease)
+            return NOT_COORDINATOR, {}
         return NONE, self.core.fetch_offsets(group_id, partitions)
 
     async def list_groups(self) -> tuple[int, list[tuple[str, str]]]:
         """Groups this broker coordinates: loaded ones and those with offsets in ZooKeeper."""
         try:
-            stored = await asyncio.to_thread(self.zk.list_groups)
+            stored = await self.offload(self.zk.list_groups)
         except Exception:
             stored = []
         listed = dict(self.core.list_groups())

@@ -91,6 +91,13 @@ class MemberMetadata:
 
 
 @dataclass(frozen=True)
+class OffsetAndMetadata:
+    """A committed offset with the client's metadata string (Kafka's OffsetAndMetadata)."""
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True)
 class JoinGroupResult:
     error_code: int
     generation_id: int = -1
@@ -150,7 +157,7 @@ class GroupMetadata:
     # KIP-394: ids handed out with MEMBER_ID_REQUIRED, not yet joined with -> when they expire
     # (the session timeout of the join that asked). They hold the join barrier as members do.
     pending_members: dict[str, int] = field(default_factory=dict)
-    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
 
     def describe(self) -> GroupDescription:
         return GroupDescription(self.group_id, self.state, self.protocol_type,
@@ -166,6 +173,10 @@ class CoordinatorLimits:
     min_session_timeout_ms: int = 1000
     max_session_timeout_ms: int = 300_000
     max_group_size: int = 1000
+    # Partitions one group may hold committed offsets for (each is a znode), and the bytes of one
+    # commit's metadata string (Kafka's offset.metadata.max.bytes).
+    max_committed_partitions: int = 100_000
+    offset_metadata_max_bytes: int = 4096
 
 
 class GroupStateMachine:
@@ -180,10 +191,19 @@ class GroupStateMachine:
     def is_loaded(self, group_id: str) -> bool:
         return group_id in self.groups
 
-    def load(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
-        """A group this coordinator just took over: its committed offsets from storage."""
+    def load(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata], generation_id: int = 0) -> None:
+        """A group this coordinator just took over: its committed offsets from storage, and the
+        last generation a coordinator handed out, so that generations stay monotonic across
+        coordinator moves (the next join completes generation + 1)."""
         if group_id not in self.groups:
-            self.groups[group_id] = GroupMetadata(group_id, offsets=dict(offsets))
+            self.groups[group_id] = GroupMetadata(group_id, generation_id=generation_id, offsets=dict(offsets))
+
+    def unload_all(self, now_ms: int) -> list[Completion]:
+        """The coordinator lost its fence for every group at once (its ZooKeeper session)."""
+        out: list[Completion] = []
+        for group_id in list(self.groups):
+            out += self.unload(group_id, now_ms)
+        return out
 
     def unload(self, group_id: str, now_ms: int) -> list[Completion]:
         """No longer the coordinator: parked requests are answered NOT_COORDINATOR."""
@@ -437,10 +457,38 @@ class GroupStateMachine:
             return REBALANCE_IN_PROGRESS
         return NONE
 
-    def offsets_committed(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
+    def offsets_committed(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata]) -> None:
         self._group(group_id).offsets.update(offsets)
 
-    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], int]:
+    def check_commit_entry(self, group_id: str, tp: tuple[str, int], offset: int, metadata: str,
+                           adding: int) -> int:
+        """Kafka's per-partition checks of an OffsetCommit entry: OFFSET_METADATA_TOO_LARGE above
+        offset.metadata.max.bytes; a negative offset other than Kafka's -1 ("no offset") refused;
+        INVALID_COMMIT_OFFSET_SIZE when the group would hold more than max_committed_partitions
+        (``adding`` new partitions in this commit so far)."""
+        if len(metadata.encode()) > self.limits.offset_metadata_max_bytes:
+            return errors.OffsetMetadataTooLargeError.code
+        if offset < -1:
+            return errors.InvalidCommitOffsetSizeError.code
+        g = self.groups.get(group_id)
+        stored = 0 if g is None else len(g.offsets)
+        if g is not None and tp not in g.offsets and stored + adding + 1 > self.limits.max_committed_partitions:
+            return errors.InvalidCommitOffsetSizeError.code
+        return NONE
+
+    def stored_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions with a committed offset in storage (the shell updates those, creates others)."""
+        g = self.groups.get(group_id)
+        return set() if g is None else set(g.offsets)
+
+    def stable_generation(self, group_id: str) -> int | None:
+        """The generation whose assignment members have (or are being handed): the shell records
+        it in storage, fenced, before any member receives it. None if the group has none."""
+        g = self.groups.get(group_id)
+        return g.generation_id if g is not None and g.state == STABLE else None
+
+    def fetch_offsets(self, group_id: str,
+                      partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], OffsetAndMetadata]:
         """Committed offsets (all of the group's when ``partitions`` is None); absent = none committed."""
         g = self.groups.get(group_id)
         if g is None:

@@ -81,6 +81,8 @@ class ReplicaManager:
         self.zk = zk
         self.metadata = metadata
         self.topic_config = topic_config
+        # Told when a topic's logs are deleted (StopReplica with delete): its cached config goes.
+        self.on_topic_deleted: Callable[[str], None] = lambda _topic: None
         self.partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = 0
         self.fetch_purgatory = Purgatory("fetch")
@@ -209,6 +211,8 @@ class ReplicaManager:
                         del self.partitions[tp]
                 if sp.delete_partition:
                     self.log_manager.delete_log(tp[0], tp[1])
+                    # A topic created again under this name brings its own config.
+                    self.on_topic_deleted(tp[0])
                 self.fetch_purgatory.notify(tp)
                 self.produce_purgatory.notify(tp)
             resp.partition_errors.add(topic_name=tp[0], partition_index=tp[1], error_code=code)

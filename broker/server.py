@@ -35,19 +35,19 @@ from kazoo.retry import RetryFailedError
 
 from broker.admin import AdminManager
 from broker.config import BrokerConfig
+from broker.dynamic_config import DynamicConfigManager
 from broker.fetcher import FetcherSettings, ReplicaFetcherManager
 from broker.group_apis import GroupApis
 from broker.group_coordinator import GroupCoordinator
 from broker.kafka_apis import KafkaApis, answer_typed
 from broker.kafka_listener import KafkaListener, ListenerLimits
-from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.observability import BrokerMetrics, EventBuffer
 from broker.replica_fetch_socket import ReplicaFetchListener
 from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
 from broker.request_guard import ByteBudget, error_response, judge_names
-from broker.security.authorizer import TOPIC, Acl, Resource
+from broker.security.authorizer import TOPIC
 from broker.security.gatekeeper import Gatekeeper, ListenerRole
 from broker.security.principal import PLAINTEXT, SSL, RequestContext
 from controller.controller import ControllerSettings, KafkaController
@@ -55,9 +55,8 @@ from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import SERVER_OPTIONS
-from proto.scram import MECHANISM, ScramCredential
 from proto.zk_client import BrokerIdInUseError, KafkaZkClient, read_digest
-from proto.zk_data import AclChangesZNode, BrokerRegistration, ConfigChangesZNode, Endpoint
+from proto.zk_data import BrokerRegistration, Endpoint
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
@@ -88,13 +87,10 @@ class KafkaServer:
         # Bound port of every listener (a configured port 0 is picked by the OS).
         self.ports: dict[str, int] = {}
         self.gate = Gatekeeper(config)
-        self._seen_acl_changes: set[str] = set()
         self.cluster_id = ""
-        self._topic_configs: dict[str, LogConfig] = {}
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._session_lost = threading.Event()
-        self._seen_config_changes: set[str] = set()
         self.registered = asyncio.Event()
         # Recent cluster events seen by this broker (log records tagged with an "event").
         self.events = EventBuffer()
@@ -104,11 +100,14 @@ class KafkaServer:
         # them touches no disk beyond the config's files, no network and no event loop; startup()
         # brings them up in order and shutdown() always finds every one.
         cfg = config
-        self.log_manager = LogManager(cfg.log_dir_paths, cfg.default_log_config(), self.topic_config)
-        # Not connected until startup(); topic_config() uses defaults until then (log recovery).
+        # Not connected until startup(), which loads every topic's config (and the ACLs and
+        # credentials) through dynamic_config before the log manager opens a log (SPEC S14.1).
         self.zk = KafkaZkClient(cfg.zookeeper_connect, cfg.session_timeout_ms, cfg.connection_timeout_ms,
                                 digest=read_digest(cfg.zookeeper_digest_auth_file) if cfg.zookeeper_set_acl else None)
-        self._zk_started = False
+        self.dynamic_config = DynamicConfigManager(cfg, self.zk, self.gate)
+        self.topic_config = self.dynamic_config.topic_config
+        self.log_manager = LogManager(cfg.log_dir_paths, cfg.default_log_config(), self.topic_config)
+        self.dynamic_config.on_topic_config = self.log_manager.update_config
         self.replica_manager = ReplicaManager(
             BrokerSettings(self.broker_id, cfg.replica_lag_time_max_ms, cfg.default_log_config(),
                            max_request_partitions=cfg.max_request_partitions, fetch_max_bytes=cfg.fetch_max_bytes,
@@ -122,6 +121,7 @@ class KafkaServer:
             self.replica_manager)
         self.replica_manager.fetcher_manager = self.fetcher_manager
         self.replica_manager.allowed = self.gate.allowed
+        self.replica_manager.on_topic_deleted = self.dynamic_config.forget_topic
         self.fetcher_manager.security = self.gate.broker_channel_security()
         self.admin = AdminManager(cfg, self.zk, self.metadata, self.topic_config, self.gate)
         self.controller = KafkaController(ControllerSettings(
@@ -136,7 +136,8 @@ class KafkaServer:
             channel_security=self.gate.broker_channel_security()), self.zk)
         self.group_coordinator = GroupCoordinator(self.broker_id, self.zk, self._live_broker_ids)
         self.group_apis = GroupApis(self.group_coordinator, self.gate, self._endpoint_of,
-                                    cfg.max_request_partitions)
+                                    cfg.max_request_partitions,
+                                    lambda t, p: self.metadata.partition(t, p) is not None)
         self.metrics = BrokerMetrics(self)
         # The one request-handling layer behind every listener, gRPC or Kafka protocol.
         self.apis = KafkaApis(self)
@@ -155,6 +156,12 @@ class KafkaServer:
     async def startup(self) -> None:
         cfg = self.config
         self.loop = asyncio.get_running_loop()
+        # Kafka's order: ZooKeeper, then every topic's config, then the logs (opened with it).
+        await asyncio.to_thread(self.zk.start)
+        await asyncio.to_thread(self.zk.ensure_persistent_paths)
+        self.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id, uuid.uuid4().hex[:22])
+        await asyncio.to_thread(self.dynamic_config.load_all)
+
         t0 = time.monotonic()
         await asyncio.to_thread(self.log_manager.startup, now_ms())
         # From here on the loop owns the logs; rolled segments are fsynced on the flusher thread.
@@ -162,16 +169,10 @@ class KafkaServer:
         log.info("broker %d: loaded %d logs in %.2fs (clean shutdown: %s)", self.broker_id, len(self.log_manager),
                  time.monotonic() - t0, all(self.log_manager.had_clean_shutdown.values()))
 
-        await asyncio.to_thread(self.zk.start)
-        self._zk_started = True
-        await asyncio.to_thread(self.zk.ensure_persistent_paths)
-        self.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id, uuid.uuid4().hex[:22])
-
         if cfg.metrics_port >= 0:
             port = self.metrics.serve(cfg.metrics_host, cfg.metrics_port)
             log.info("broker %d: metrics on http://%s:%d/metrics", self.broker_id, cfg.metrics_host, port)
 
-        await asyncio.to_thread(self._load_security_state)
         # Health (NOT_SERVING until the logs are recovered and the broker is registered) and reflection
         # of the client services, so that grpcurl and container health checks work without our .proto.
         self.health = health.aio.HealthServicer()
@@ -229,8 +230,7 @@ class KafkaServer:
         self.zk.add_state_listener(self._on_zk_state)
         self.controller.start()
         self.group_coordinator.start()
-        self.zk.watch_children(ConfigChangesZNode.PATH, self._on_config_changes_watch, ensure=False)
-        self.zk.watch_children(AclChangesZNode.PATH, self._on_acl_changes_watch, ensure=False)
+        self.dynamic_config.start_watches(self.loop)
 
         self._every(cfg.replica_lag_time_max_ms / 2000.0, self.replica_manager.maybe_shrink_isr)
         self._every(cfg.replica_high_watermark_checkpoint_interval_ms / 1000.0,
@@ -285,6 +285,8 @@ class KafkaServer:
         if state == KazooState.LOST:
             log.warning("broker %d: ZooKeeper session expired", self.broker_id)
             self._session_lost.set()
+            # Every group lease may be another broker's by now (SPEC S11.4).
+            self.loop.call_soon_threadsafe(self.group_coordinator.on_session_lost)
         elif state == KazooState.CONNECTED and self._session_lost.is_set() and not self._stopping:
             self._session_lost.clear()
             self.loop.call_soon_threadsafe(lambda: self._spawn(self._reregister()))
@@ -304,6 +306,16 @@ class KafkaServer:
         else:
             return
         self.controller.on_session_reestablished()
+        # SPEC S14.1 (b): what changed while this broker had no session is read again.
+        for attempt in range(1_000_000):
+            if self._stopping or self._session_lost.is_set():
+                return
+            try:
+                await self.dynamic_config.reload_all()
+                return
+            except Exception as e:
+                log.error("broker %d: reloading cached state failed (attempt %d): %s", self.broker_id, attempt + 1, e)
+                await asyncio.sleep(min(5.0, 0.5 * (attempt + 1)))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -330,76 +342,6 @@ class KafkaServer:
     def _checkpoint_offsets(self) -> None:
         self.log_manager.checkpoint_recovery_points()
         self.log_manager.checkpoint_log_start_offsets()
-
-    # ------------------------------------------------------------ topic configs
-
-    def topic_config(self, topic: str) -> LogConfig:
-        cfg = self._topic_configs.get(topic)
-        if cfg is None:
-            overrides = self.zk.get_topic_config(topic) if self._zk_started else {}
-            try:
-                cfg = self.config.default_log_config().with_overrides(overrides)
-                cfg.check_policy(self.config.min_segment_bytes, self.config.min_segment_ms)
-            except errors.KafkaError as e:
-                log.warning("topic %s: ignoring bad config overrides %s: %s", topic, overrides, e)
-                cfg = self.config.default_log_config()
-            self._topic_configs[topic] = cfg
-        return cfg
-
-    def _on_config_changes_watch(self, children: list[str]) -> None:
-        self.loop.call_soon_threadsafe(lambda: self._spawn(self._reload_configs(children)))
-
-    async def _reload_configs(self, children: list[str]) -> None:
-        for child in sorted(set(children) - self._seen_config_changes):
-            self._seen_config_changes.add(child)
-            try:
-                kind, name = await asyncio.to_thread(self.zk.get_config_change, child)
-            except Exception:
-                continue
-            if kind == "users":
-                await asyncio.to_thread(self._load_user, name)
-                continue
-            self._topic_configs.pop(name, None)
-            if any(t == name for (t, _p), _l in self.log_manager):
-                cfg = await asyncio.to_thread(self.topic_config, name)
-                self.log_manager.update_config(name, cfg)
-                log.info("topic %s: config reloaded", name)
-
-    # ------------------------------------------------------------ security state (S12.3)
-
-    def _load_security_state(self) -> None:
-        """SCRAM credentials and ACLs, read once at start (ZooKeeper thread)."""
-        for name in self.zk.get_scram_users():
-            self._load_user(name)
-        if self.gate.authorizer is not None:
-            for resource_type, name in self.zk.get_acl_resources():
-                self._load_acls(resource_type, name)
-
-    def _load_user(self, name: str) -> None:
-        text = self.zk.get_user_config(name).get(MECHANISM)
-        try:
-            self.gate.credentials.set(name, ScramCredential.decode(text) if text else None)
-        except ValueError as e:
-            log.warning("user %s: ignoring a bad SCRAM credential: %s", name, e)
-            self.gate.credentials.set(name, None)
-
-    def _load_acls(self, resource_type: str, name: str) -> None:
-        if self.gate.authorizer is None:
-            return
-        entries = self.zk.get_acls(resource_type, name)
-        self.gate.authorizer.set_acls(Resource(resource_type, name), [Acl(*e) for e in entries])
-
-    def _on_acl_changes_watch(self, children: list[str]) -> None:
-        self.loop.call_soon_threadsafe(lambda: self._spawn(self._reload_acls(children)))
-
-    async def _reload_acls(self, children: list[str]) -> None:
-        for child in sorted(set(children) - self._seen_acl_changes):
-            self._seen_acl_changes.add(child)
-            try:
-                resource_type, name = await asyncio.to_thread(self.zk.get_acl_change, child)
-                await asyncio.to_thread(self._load_acls, resource_type, name)
-            except Exception as e:
-                log.debug("ACL change %s: %s", child, e)
 
     # ------------------------------------------------------------ requests answered here
 
@@ -552,6 +494,7 @@ class KafkaServer:
         for t in list(self._tasks):
             t.cancel()
         await self.group_coordinator.shutdown()
+        await self.dynamic_config.shutdown()
         await asyncio.to_thread(self.controller.shutdown)
         await self.fetcher_manager.shutdown()
         for kl in getattr(self, "kafka_listeners", []):

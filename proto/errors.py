@@ -136,6 +136,11 @@ class StaleControllerEpochError(KafkaError):
     description = "The request came from a controller with an old epoch."
 
 
+class OffsetMetadataTooLargeError(KafkaError):
+    code, name = 12, "OFFSET_METADATA_TOO_LARGE"
+    description = "The metadata of an offset commit is larger than offset.metadata.max.bytes."
+
+
 class NetworkError(KafkaError):
     code, name = 13, "NETWORK_EXCEPTION"
     description = "The connection to the broker failed."
@@ -216,6 +221,11 @@ class InvalidSessionTimeoutError(KafkaError):
 class RebalanceInProgressError(KafkaError):
     code, name = 27, "REBALANCE_IN_PROGRESS"
     description = "The group is rebalancing: rejoin."
+
+
+class InvalidCommitOffsetSizeError(KafkaError):
+    code, name = 28, "INVALID_COMMIT_OFFSET_SIZE"
+    description = "The offset commit is not valid (its offset, or the group's number of committed partitions)."
 
 
 class TopicAuthorizationFailedError(KafkaError):

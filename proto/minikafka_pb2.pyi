@@ -22,6 +22,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPLICA_NOT_AVAILABLE: _ClassVar[ErrorCode]
     MESSAGE_TOO_LARGE: _ClassVar[ErrorCode]
     STALE_CONTROLLER_EPOCH: _ClassVar[ErrorCode]
+    OFFSET_METADATA_TOO_LARGE: _ClassVar[ErrorCode]
     NETWORK_EXCEPTION: _ClassVar[ErrorCode]
     COORDINATOR_LOAD_IN_PROGRESS: _ClassVar[ErrorCode]
     COORDINATOR_NOT_AVAILABLE: _ClassVar[ErrorCode]
@@ -37,6 +38,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNKNOWN_MEMBER_ID: _ClassVar[ErrorCode]
     INVALID_SESSION_TIMEOUT: _ClassVar[ErrorCode]
     REBALANCE_IN_PROGRESS: _ClassVar[ErrorCode]
+    INVALID_COMMIT_OFFSET_SIZE: _ClassVar[ErrorCode]
     TOPIC_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     GROUP_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     CLUSTER_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
@@ -121,6 +123,7 @@ BROKER_NOT_AVAILABLE: ErrorCode
 REPLICA_NOT_AVAILABLE: ErrorCode
 MESSAGE_TOO_LARGE: ErrorCode
 STALE_CONTROLLER_EPOCH: ErrorCode
+OFFSET_METADATA_TOO_LARGE: ErrorCode
 NETWORK_EXCEPTION: ErrorCode
 COORDINATOR_LOAD_IN_PROGRESS: ErrorCode
 COORDINATOR_NOT_AVAILABLE: ErrorCode
@@ -136,6 +139,7 @@ INVALID_GROUP_ID: ErrorCode
 UNKNOWN_MEMBER_ID: ErrorCode
 INVALID_SESSION_TIMEOUT: ErrorCode
 REBALANCE_IN_PROGRESS: ErrorCode
+INVALID_COMMIT_OFFSET_SIZE: ErrorCode
 TOPIC_AUTHORIZATION_FAILED: ErrorCode
 GROUP_AUTHORIZATION_FAILED: ErrorCode
 CLUSTER_AUTHORIZATION_FAILED: ErrorCode

@@ -33,6 +33,7 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
+    KazooException,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -44,7 +45,7 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import RetryFailedError
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
-from proto.errors import KafkaError, TopicAlreadyExistsError
+from proto.errors import KafkaError, NotCoordinatorError, TopicAlreadyExistsError
 from proto.zk_data import (
     OPEN_PATHS,
     PERSISTENT_PATHS,
@@ -62,6 +63,8 @@ from proto.zk_data import (
     ControllerEpochZNode,
     ControllerZNode,
     DeleteTopicsZNode,
+    GroupCoordinatorState,
+    GroupLease,
     IsrChangeNotificationZNode,
     LeaderIsrAndControllerEpoch,
     PreferredReplicaElectionZNode,
@@ -371,19 +374,22 @@ class KafkaZkClient:
             return None
         return ControllerEpochZNode.decode(data), int(stat.version)
 
-    def commit_guarded(self, epoch_zk_version: int, writes: Sequence[ZkWrite]) -> CommitResult:
-        """Apply ``writes`` atomically, only if /controller_epoch is still at ``epoch_zk_version``.
+    def commit_guarded(self, epoch_zk_version: int, writes: Sequence[ZkWrite],
+                       guard: str = ControllerEpochZNode.PATH) -> CommitResult:
+        """Apply ``writes`` atomically, only if ``guard`` (/controller_epoch unless said) is still at
+        ``epoch_zk_version``.
 
-        Raises ControllerMovedError when the epoch moved (a newer controller exists). On any other
-        conflict nothing was applied and the result carries the current data of every path. A
-        lost reply is recognised by re-reading: every written path as written means applied."""
+        Raises ControllerMovedError when the epoch moved (a newer controller exists; for another
+        guard, NotCoordinatorError: a newer group coordinator). On any other conflict nothing was
+        applied and the result carries the current data of every path. A lost reply is recognised
+        by re-reading: every written path as written means applied."""
         if not writes:
             return CommitResult(True)
         attempts = 0
         while True:
             attempts += 1
             tx = self.zk.transaction()
-            tx.check(ControllerEpochZNode.PATH, epoch_zk_version)
+            tx.check(guard, epoch_zk_version)
             for w in writes:
                 if w.kind == "create":
                     tx.create(w.path, w.data)
@@ -403,6 +409,8 @@ class KafkaZkClient:
             if not failures:
                 return CommitResult(True)
             if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+                if guard != ControllerEpochZNode.PATH:
+                    raise NotCoordinatorError(f"{guard} moved: a newer coordinator exists")
                 raise ControllerMovedError("/controller_epoch moved: a newer controller exists")
             if attempts > 1 and self._applied_already(writes):
                 return CommitResult(True)  # our previous attempt went through; its reply was lost
@@ -541,6 +549,38 @@ class KafkaZkClient:
         except NoNodeError:
             return {}
         return ConfigTopicZNode.decode(topic, data)
+
+    def get_configured_topics(self) -> list[str]:
+        """Topics with a /config/topics znode (every topic created through the brokers has one)."""
+        try:
+            return sorted(self._r(self.zk.get_children, ConfigTopicZNode.PATH))
+        except NoNodeError:
+            return []
+
+    def get_topic_configs(self, topics: Sequence[str]) -> dict[str, dict[str, str]]:
+        """Every topic's overrides, read pipelined (all requests out, then the answers: Kafka's
+        getEntitiesConfigs) so that thousands of topics cost one round trip's latency, not
+        thousands. A topic whose config vanished meanwhile is absent; an unreadable one raises."""
+        get_async = getattr(self.zk, "get_async", None)
+        if get_async is None:  # the simulation's client: one at a time
+            return {t: self.get_topic_config(t) for t in topics}
+        out: dict[str, dict[str, str]] = {}
+        for start in range(0, len(topics), 1000):
+            chunk = topics[start:start + 1000]
+            pending = [(t, get_async(ConfigTopicZNode.path(t))) for t in chunk]
+            for topic, result in pending:
+                try:
+                    data, _ = result.get(timeout=self.connection_timeout_s)
+                except NoNodeError:
+                    continue
+                except (ConnectionLoss, OperationTimeoutError):
+                    try:
+                        out[topic] = self.get_topic_config(topic)  # retried like every other read
+                    except NoNodeError:
+                        pass
+                    continue
+                out[topic] = ConfigTopicZNode.decode(topic, data)
+        return out
 
     def set_topic_config(self, topic: str, config: dict[str, str], notify: bool = True) -> None:
         path = ConfigTopicZNode.path(topic)
@@ -788,6 +828,115 @@ class KafkaZkClient:
                 if offset is not None:
                     out[(topic, int(part))] = offset
         return out
+
+    def get_group_offsets_and_metadata(self, group: str) -> dict[tuple[str, int], tuple[int, str]]:
+        """Every committed (offset, metadata) of ``group``; unreadable ones skipped."""
+        out: dict[tuple[str, int], tuple[int, str]] = {}
+        try:
+            topics = self._r(self.zk.get_children, ConsumersZNode.offsets(group))
+        except NoNodeError:
+            return out
+        for topic in topics:
+            try:
+                parts = self._r(self.zk.get_children, ConsumersZNode.offsets_topic(group, topic))
+            except NoNodeError:
+                continue
+            for part in parts:
+                if not part.isdigit():
+                    continue
+                try:
+                    data, _ = self._r(self.zk.get, ConsumersZNode.offset(group, topic, int(part)))
+                except NoNodeError:
+                    continue
+                found = ConsumersZNode.decode_offset_and_metadata(data)
+                if found is not None:
+                    out[(topic, int(part))] = found
+        return out
+
+    # The coordinator's fence (SPEC S11.4): /consumers/[group]/coordinator, see GroupCoordinatorState.
+
+    def get_group_coordinator(self, group: str) -> tuple[GroupCoordinatorState, int] | None:
+        """The group's coordinator record and its znode version; None if no coordinator ever took it
+        (or the record is unreadable: the next claim overwrites it)."""
+        found = self._read(ConsumersZNode.coordinator(group))
+        if found is None:
+            return None
+        try:
+            return GroupCoordinatorState.decode(found[0]), found[1]
+        except KafkaError:
+            return GroupCoordinatorState(-1, 0), found[1]
+
+    def claim_group(self, group: str, broker_id: int, now_ms: int) -> GroupLease:
+        """Take the group over: bump its coordinator epoch with a write conditional on the version
+        read, so that every later write of the previous coordinator fails. A lost reply is told
+        from a lost race by re-reading (our broker id, epoch and timestamp there: ours)."""
+        path = ConsumersZNode.coordinator(group)
+        for _attempt in range(10):
+            current = self.get_group_coordinator(group)
+            old, version = current if current is not None else (None, -1)
+            new = GroupCoordinatorState(broker_id, (old.coordinator_epoch if old else 0) + 1,
+                                        old.generation_id if old else 0, now_ms)
+            data = new.encode()
+            try:
+                if current is None:
+                    self._r(self.zk.create, path, data, makepath=True)
+                    new_version = 0
+                else:
+                    new_version = int(self._r(self.zk.set, path, data, version=version).version)
+            except (NodeExistsError, BadVersionError):
+                again = self._read(path)
+                if again is not None and again[0] == data:
+                    new_version = again[1]  # our own write; its reply was lost
+                else:
+                    continue  # another claim won the race: read again
+            return GroupLease(group, broker_id, new.coordinator_epoch, new_version, new.generation_id)
+        raise NotCoordinatorError(f"group {group}: could not take it over (claims kept racing)")
+
+    def set_group_generation(self, lease: GroupLease, generation_id: int, now_ms: int) -> GroupLease:
+        """Record the generation the coordinator hands assignments out for, conditional on the
+        lease: NotCoordinatorError when another coordinator took the group over."""
+        path = ConsumersZNode.coordinator(lease.group_id)
+        data = GroupCoordinatorState(lease.broker_id, lease.coordinator_epoch, generation_id, now_ms).encode()
+        try:
+            stat = self._r(self.zk.set, path, data, version=lease.zk_version)
+            version = int(stat.version)
+        except (BadVersionError, NoNodeError):
+            again = self._read(path)
+            if again is None or again[0] != data:
+                raise NotCoordinatorError(f"group {lease.group_id}: coordinator epoch "
+                                          f"{lease.coordinator_epoch} was fenced by a newer coordinator") from None
+            version = again[1]  # our own write; its reply was lost
+        return GroupLease(lease.group_id, lease.broker_id, lease.coordinator_epoch, version, generation_id)
+
+    def group_lease_valid(self, lease: GroupLease) -> bool:
+        """Is ``lease`` still the group's current fence? A check-only multi: it goes through
+        ZooKeeper's leader like a write, so a server lagging behind cannot answer from old state."""
+        def check() -> list[Any]:
+            tx = self.zk.transaction()  # a transaction commits once: a fresh one per retry
+            tx.check(ConsumersZNode.coordinator(lease.group_id), lease.zk_version)
+            return list(tx.commit())
+
+        return not any(isinstance(r, Exception) for r in self._r(check))
+
+    def commit_group_offsets(self, lease: GroupLease, offsets: dict[tuple[str, int], tuple[int, str]],
+                             known: set[tuple[str, int]]) -> None:
+        """Write committed offsets in one multi-op conditional on ``lease`` (NotCoordinatorError when
+        it was fenced: nothing written). ``known`` are the partitions believed to have a znode
+        (set) - the others are created; a wrong guess is corrected from the conflict's re-read."""
+        group = lease.group_id
+        for topic in sorted({t for (t, p) in offsets if (t, p) not in known}):
+            self._r(self.zk.ensure_path, ConsumersZNode.offsets_topic(group, topic))
+        exists = {tp: tp in known for tp in offsets}
+        guard = ConsumersZNode.coordinator(group)
+        for _attempt in range(3):
+            writes = [ZkWrite("set" if exists[(t, p)] else "create", ConsumersZNode.offset(group, t, p),
+                              ConsumersZNode.encode_offset(o, m)) for (t, p), (o, m) in sorted(offsets.items())]
+            result = self.commit_guarded(lease.zk_version, writes, guard=guard)
+            if result.applied:
+                return
+            for (t, p) in offsets:
+                exists[(t, p)] = result.current.get(ConsumersZNode.offset(group, t, p)) is not None
+        raise KazooException(f"group {group}: offsets could not be written (znodes kept changing)")
 
     def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
         path = ConsumersZNode.offset(group, topic, partition)

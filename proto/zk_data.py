@@ -332,6 +332,8 @@ class IsrChangeNotificationZNode:
 class ConfigTopicZNode:
     """/config/topics/[topic]: {"version":1,"config":{"k":"v"}}"""
 
+    PATH: Final = "/config/topics"
+
     @staticmethod
     def path(topic: str) -> str:
         return f"/config/topics/{topic}"
@@ -517,16 +519,83 @@ class ConsumersZNode:
         return f"/consumers/{group}/offsets/{topic}"
 
     @staticmethod
-    def encode_offset(offset: int) -> bytes:
-        return str(offset).encode()
+    def coordinator(group: str) -> str:
+        return f"/consumers/{group}/coordinator"
+
+    @staticmethod
+    def encode_offset(offset: int, metadata: str = "") -> bytes:
+        """A plain decimal number when there is no metadata (what Kafka's old consumer wrote, and
+        every reader of this layout understands); JSON with the commit's metadata otherwise."""
+        if not metadata:
+            return str(offset).encode()
+        return _dump({"version": 1, "offset": offset, "metadata": metadata})
+
+    @staticmethod
+    def decode_offset_and_metadata(data: bytes | None) -> tuple[int, str] | None:
+        """(offset, metadata) of either form; None if unreadable."""
+        raw = bytes(data or b"")
+        try:
+            if raw.startswith(b"{"):
+                obj = json.loads(raw.decode())
+                offset, metadata = obj["offset"], obj.get("metadata", "")
+                if type(offset) is not int or not isinstance(metadata, str):
+                    return None
+                return offset, metadata
+            return int(raw.decode()), ""
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+            return None
 
     @staticmethod
     def decode_offset(data: bytes | None) -> int | None:
-        """A committed offset (a decimal number, as Kafka's old consumer wrote it); None if unreadable."""
+        """A committed offset (a decimal number, as Kafka's old consumer wrote it, or the JSON form
+        with metadata); None if unreadable."""
+        found = ConsumersZNode.decode_offset_and_metadata(data)
+        return None if found is None else found[0]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCoordinatorState:
+    """/consumers/[group]/coordinator: who coordinates the group, under which coordinator epoch,
+    and the last generation it handed out assignments for (SPEC S11.4).
+
+    The znode's *version* is the fence: a coordinator holds the version it last wrote, and every
+    write it makes for the group (offsets, the next generation) is a multi-op conditional on it. A
+    broker taking the group over bumps ``coordinator_epoch`` with a conditional write, which moves
+    the version and so fences the previous coordinator's every later write. ``generation_id`` lets
+    the new coordinator continue the group's generations instead of restarting them at 0."""
+
+    broker_id: int
+    coordinator_epoch: int
+    generation_id: int = 0
+    timestamp_ms: int = 0
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "broker": self.broker_id, "coordinator_epoch": self.coordinator_epoch,
+                      "generation": self.generation_id, "timestamp": str(self.timestamp_ms)})
+
+    @staticmethod
+    def decode(data: bytes | None, path: str = "/consumers/[group]/coordinator") -> GroupCoordinatorState:
+        obj = _json(bytes(data or b""), path)
         try:
-            return int(bytes(data or b"").decode())
-        except (UnicodeDecodeError, ValueError):
-            return None
+            broker, epoch, generation = obj["broker"], obj["coordinator_epoch"], obj.get("generation", 0)
+            ts = int(obj.get("timestamp", "0"))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise CorruptZnodeError(f"{path}: not a coordinator record: {obj!r}") from None
+        if not all(type(v) is int for v in (broker, epoch, generation)):
+            raise CorruptZnodeError(f"{path}: not a coordinator record: {obj!r}")
+        return GroupCoordinatorState(broker, epoch, generation, ts)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLease:
+    """What a coordinator holds for one group: its coordinator epoch and the version of
+    /consumers/[group]/coordinator it last wrote (every write of the group is conditional on it)."""
+
+    group_id: str
+    broker_id: int
+    coordinator_epoch: int
+    zk_version: int
+    generation_id: int
 
 
 # Paths the cluster needs before anything runs (Kafka's ZkData.PersistentZkPaths).

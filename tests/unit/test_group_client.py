@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from broker.group_coordinator import GroupCoordinator
-from broker.group_state import NONE, coordinator_for
+from broker.group_state import NONE, OffsetAndMetadata, coordinator_for
 from client.consumer import range_assignment
 from client.group_client import (
     decode_assignment,
@@ -20,6 +22,10 @@ from client.group_client import (
     range_assign,
 )
 from proto import errors
+from proto.zk_client import KafkaZkClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulation"))
+from sim_zk import SimZooKeeper  # noqa: E402 - needs the path above
 
 
 def test_subscription_bytes_are_kafkas() -> None:
@@ -51,29 +57,30 @@ def test_leader_range_assignment_per_topic() -> None:
     assert plan == {"m0": {"t": [0, 1, 2, 3], "u": [0]}, "m1": {"t": [4, 5, 6]}}
 
 
-class FakeZk:
-    def __init__(self) -> None:
-        self.offsets: dict[tuple[str, str, int], int] = {}
-
-    def get_group_offsets(self, group: str) -> dict[tuple[str, int], int]:
-        return {(t, p): o for (g, t, p), o in self.offsets.items() if g == group}
-
-    def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
-        self.offsets[(group, topic, partition)] = offset
-
-    def list_groups(self) -> list[str]:
-        return sorted({g for g, _, _ in self.offsets})
+async def direct(fn: Any, *args: Any) -> Any:
+    """The coordinator's offload in these tests: the simulated ZooKeeper answers at once."""
+    return fn(*args)
 
 
-def coordinator(zk: FakeZk, brokers: list[int], clock: list[int]) -> GroupCoordinator:
-    fake: Any = zk
-    return GroupCoordinator(1, fake, lambda: brokers, clock=lambda: clock[0])
+def sim_gateway(*broker_ids: int) -> KafkaZkClient:
+    """The real ZooKeeper gateway over the simulation's in-memory ZooKeeper, with ``broker_ids``
+    registered (the coordinator's take-over reads the live brokers there)."""
+    client = SimZooKeeper().client(name="broker")
+    client.start()
+    gw = KafkaZkClient.over(client)
+    for b in broker_ids:
+        client.create(f"/brokers/ids/{b}", b"{}", makepath=True)
+    return gw
+
+
+def coordinator(zk: KafkaZkClient, brokers: list[int], clock: list[int], broker_id: int = 1) -> GroupCoordinator:
+    return GroupCoordinator(broker_id, zk, lambda: brokers, clock=lambda: clock[0], offload=direct)
 
 
 def test_shell_parks_joins_and_commits_through_zookeeper() -> None:
     async def go() -> None:
-        zk, clock = FakeZk(), [0]
-        zk.offsets[("g", "t", 0)] = 5
+        zk, clock = sim_gateway(1), [0]
+        zk.commit_offset("g", "t", 0, 5)
         c = coordinator(zk, [1], clock)
         a = await c.join_group("g", "", "ca", "h", "consumer", [("range", b"x")], 10_000, 10_000)
         assert a.error_code == NONE and a.leader_id == a.member_id
@@ -90,18 +97,19 @@ def test_shell_parks_joins_and_commits_through_zookeeper() -> None:
         sa = await c.sync_group("g", a2.generation_id, a.member_id, {a.member_id: b"A", b.member_id: b"B"})
         assert sa.assignment == b"A" and (await asyncio.wait_for(sync_b, 1)).assignment == b"B"
         # Offsets: loaded from ZooKeeper on first use, written there, fenced by generation.
-        assert (await c.fetch_offsets("g", [("t", 0)])) == (NONE, {("t", 0): 5})
-        assert await c.commit_offsets("g", a2.generation_id, a.member_id, {("t", 0): 9}) == {("t", 0): NONE}
-        assert zk.offsets[("g", "t", 0)] == 9
-        refused = await c.commit_offsets("g", a.generation_id, a.member_id, {("t", 0): 1})
-        assert refused == {("t", 0): errors.IllegalGenerationError.code} and zk.offsets[("g", "t", 0)] == 9
+        assert (await c.fetch_offsets("g", [("t", 0)])) == (NONE, {("t", 0): OffsetAndMetadata(5)})
+        nine = {("t", 0): OffsetAndMetadata(9, "m")}
+        assert await c.commit_offsets("g", a2.generation_id, a.member_id, nine) == {("t", 0): NONE}
+        assert zk.get_group_offsets_and_metadata("g") == {("t", 0): (9, "m")}
+        refused = await c.commit_offsets("g", a.generation_id, a.member_id, {("t", 0): OffsetAndMetadata(1)})
+        assert refused == {("t", 0): errors.IllegalGenerationError.code} and zk.get_committed_offset("g", "t", 0) == 9
 
     asyncio.run(go())
 
 
 def test_shell_session_timeout_and_not_coordinator() -> None:
     async def go() -> None:
-        zk, clock = FakeZk(), [0]
+        zk, clock = sim_gateway(1), [0]
         brokers = [1]
         c = coordinator(zk, brokers, clock)
         c.start()
@@ -150,9 +158,9 @@ def test_group_apis_check_group_and_topic_acls() -> None:
     from proto import minikafka_pb2 as pb
 
     async def go() -> None:
-        c = coordinator(FakeZk(), [1], [0])
+        c = coordinator(sim_gateway(1), [1], [0])
         gate: Any = DenyGate(("Read", "Group", "secret"), ("Read", "Topic", "hidden"))
-        apis = GroupApis(c, gate, lambda b, listener: None, 1000)
+        apis = GroupApis(c, gate, lambda b, listener: None, 1000, lambda t, p: t != "nosuch" and p < 4)
         r = await apis.join_group(pb.JoinGroupRequest(group_id="secret", session_timeout_ms=10_000,
                                                       protocol_type="consumer",
                                                       protocols=[pb.JoinGroupProtocol(name="range")]), LOCAL_CLIENT)
