@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulation"))
-from sim_zk import SimZooKeeper  # noqa: E402 - needs the path above
+from sim_zk import SimZooKeeper
 
-from broker.config import BrokerConfig  # noqa: E402
-from broker.dynamic_config import DynamicConfigManager  # noqa: E402
-from broker.security.gatekeeper import Gatekeeper  # noqa: E402
-from proto import errors  # noqa: E402
-from proto.zk_client import KafkaZkClient  # noqa: E402
+from broker.config import BrokerConfig
+from broker.dynamic_config import DynamicConfigManager
+from broker.security.gatekeeper import Gatekeeper
+from proto import errors
+from proto.zk_client import KafkaZkClient
 
 
 def manager() -> tuple[DynamicConfigManager, KafkaZkClient]:

@@ -25,7 +25,7 @@ from proto import errors
 from proto.zk_client import KafkaZkClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulation"))
-from sim_zk import SimZooKeeper  # noqa: E402 - needs the path above
+from sim_zk import SimZooKeeper
 
 
 def test_subscription_bytes_are_kafkas() -> None:
