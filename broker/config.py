@@ -120,6 +120,8 @@ CONFIG_DEFS: dict[str, _Def] = {
     "connections.max.idle.ms": _Def("connections_max_idle_ms", int, _pos, "> 0"),
     "max.request.partitions": _Def("max_request_partitions", int, _pos, ">= 1"),
     "max.partitions.per.topic": _Def("max_partitions_per_topic", int, _pos, ">= 1"),
+    "offset.metadata.max.bytes": _Def("offset_metadata_max_bytes", int, _nonneg, ">= 0"),
+    "group.max.committed.partitions": _Def("group_max_committed_partitions", int, _pos, ">= 1"),
     "fetch.purgatory.max.requests": _Def("fetch_purgatory_max_requests", int, _nonneg, ">= 0"),
     "min.segment.bytes": _Def("min_segment_bytes", int, lambda v: v >= 14, ">= 14"),
     "min.segment.ms": _Def("min_segment_ms", int, _pos, ">= 1"),
@@ -213,6 +215,10 @@ class BrokerConfig:
     connections_max_idle_ms: int = 600000
     max_request_partitions: int = 10000
     max_partitions_per_topic: int = 10000
+    # Kafka's offset.metadata.max.bytes; and a bound of ours on the partitions one group may hold
+    # committed offsets for (each is a znode: SPEC S13.4).
+    offset_metadata_max_bytes: int = 4096
+    group_max_committed_partitions: int = 100000
     fetch_purgatory_max_requests: int = 500
     # Floors on segment.bytes / segment.ms that any client may set (each segment is open files).
     min_segment_bytes: int = 1048576

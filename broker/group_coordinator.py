@@ -96,7 +96,7 @@ from broker.group_state import (
 from proto import errors
 from proto.names import validate_group_id
 from proto.zk_client import KafkaZkClient
-from proto.zk_data import GroupLease
+from proto.zk_data import ConsumersZNode, GroupLease
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,12 @@ class GroupOwnership:
         lease = self.zk.claim_group(group_id, self.broker_id, self.clock())
         stored = self.zk.get_group_offsets_and_metadata(group_id)
         return Loaded(lease, {tp: OffsetAndMetadata(o, m) for tp, (o, m) in stored.items()})
+
+    def group_exists(self, group_id: str) -> bool:
+        """Did any coordinator ever take the group, or does it have offsets (stored by an older
+        version)? A read of a group that never existed must not create a znode for it."""
+        return self.zk.get_group_coordinator(group_id) is not None or self.zk.path_exists(
+            ConsumersZNode.offsets(group_id))
 
     def commit(self, lease: GroupLease, offsets: dict[tuple[str, int], OffsetAndMetadata],
                known: set[tuple[str, int]]) -> None:
@@ -271,6 +277,21 @@ class GroupCoordinator:
     async def _admit(self, group_id: str) -> int:
         code = self._check(group_id)
         return code if code != NONE else await self._ensure_loaded(group_id)
+
+    async def _admit_read(self, group_id: str) -> int | None:
+        """``_admit`` for the read-only APIs; None: this broker coordinates a group that does not
+        exist (answered empty, with nothing claimed or stored for it)."""
+        code = self._check(group_id)
+        if code != NONE:
+            return code
+        if not (self.core.is_loaded(group_id) and group_id in self.leases):
+            try:
+                if not await self.offload(self.ownership.group_exists, group_id):
+                    return None
+            except Exception as e:
+                log.warning("group %s: cannot read it: %s", group_id, e)
+                return COORDINATOR_NOT_AVAILABLE
+        return await self._ensure_loaded(group_id)
 
     def _fenced(self, group_id: str, lease: GroupLease) -> None:
         """Another coordinator took ``group_id`` over: drop it (if still under that lease)."""
@@ -421,7 +442,9 @@ class GroupCoordinator:
 
     async def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                             ) -> tuple[int, dict[tuple[str, int], OffsetAndMetadata]]:
-        code = await self._admit(group_id)
+        code = await self._admit_read(group_id)
+        if code is None:
+            return NONE, {}
         if code != NONE:
             return code, {}
         lease = self.leases.get(group_id)
@@ -452,6 +475,6 @@ class GroupCoordinator:
         return NONE, sorted(listed.items())
 
     async def describe_group(self, group_id: str) -> tuple[int, GroupDescription]:
-        code = await self._admit(group_id)
+        code = await self._admit_read(group_id)
         desc = self.core.describe(group_id)
-        return code, desc
+        return (NONE, desc) if code is None else (code, desc)

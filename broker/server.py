@@ -39,6 +39,7 @@ from broker.dynamic_config import DynamicConfigManager
 from broker.fetcher import FetcherSettings, ReplicaFetcherManager
 from broker.group_apis import GroupApis
 from broker.group_coordinator import GroupCoordinator
+from broker.group_state import CoordinatorLimits
 from broker.kafka_apis import KafkaApis, answer_typed
 from broker.kafka_listener import KafkaListener, ListenerLimits
 from broker.log.manager import LogManager
@@ -134,7 +135,9 @@ class KafkaServer:
             request_timeout_ms=min(cfg.controller_socket_timeout_ms, cfg.request_timeout_ms),
             control_plane_listener=cfg.control_plane_listener.name,
             channel_security=self.gate.broker_channel_security()), self.zk)
-        self.group_coordinator = GroupCoordinator(self.broker_id, self.zk, self._live_broker_ids)
+        self.group_coordinator = GroupCoordinator(self.broker_id, self.zk, self._live_broker_ids, CoordinatorLimits(
+            max_committed_partitions=cfg.group_max_committed_partitions,
+            offset_metadata_max_bytes=cfg.offset_metadata_max_bytes))
         self.group_apis = GroupApis(self.group_coordinator, self.gate, self._endpoint_of,
                                     cfg.max_request_partitions,
                                     lambda t, p: self.metadata.partition(t, p) is not None)

@@ -223,3 +223,19 @@ def test_offset_commit_refuses_unknown_partitions_and_keeps_metadata() -> None:
         assert got == [(0, 5, "meta"), (1, -1, "")]
 
     asyncio.run(go())
+
+
+def test_reading_a_group_that_never_existed_stores_nothing() -> None:
+    async def go() -> None:
+        server = SimZooKeeper()
+        b = Broker(server, 1, [1])
+        assert await b.c.fetch_offsets("ghost", None) == (NONE, {})
+        code, desc = await b.c.describe_group("ghost")
+        assert code == NONE and desc.state == "Dead" and not desc.members
+        assert not b.client.exists("/consumers/ghost")
+        # A group with offsets from an older version (no coordinator znode) is claimed and read.
+        b.zk.commit_offset("old", "t", 0, 4)
+        assert await b.c.fetch_offsets("old", None) == (NONE, {T0: OffsetAndMetadata(4)})
+        assert b.zk.get_group_coordinator("old") is not None
+
+    asyncio.run(go())
