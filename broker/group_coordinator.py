@@ -175,6 +175,9 @@ class GroupCoordinator:
         # Blocking ZooKeeper calls run here: a thread in the broker, a direct call in the simulation.
         self.offload: Offload = offload or asyncio.to_thread
         self.leases: dict[str, GroupLease] = {}
+        # One ZooKeeper operation under a group's lease at a time: a commit must not run on the
+        # version a generation write is replacing, nor a fetch answer from a cache unloaded meanwhile.
+        self._lease_locks: dict[str, asyncio.Lock] = {}
         self._waiters: dict[tuple[str, str, str], asyncio.Future[JoinGroupResult | SyncGroupResult]] = {}
         self._early: dict[tuple[str, str, str], JoinGroupResult | SyncGroupResult] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}
@@ -208,6 +211,9 @@ class GroupCoordinator:
 
     def _unload(self, group_id: str) -> None:
         self.leases.pop(group_id, None)
+        lock = self._lease_locks.get(group_id)
+        if lock is not None and not lock.locked():
+            del self._lease_locks[group_id]
         self._dispatch(self.core.unload(group_id, self.clock()))
 
     async def _run(self) -> None:
@@ -293,9 +299,18 @@ class GroupCoordinator:
                 return COORDINATOR_NOT_AVAILABLE
         return await self._ensure_loaded(group_id)
 
+    def _lease_lock(self, group_id: str) -> asyncio.Lock:
+        return self._lease_locks.setdefault(group_id, asyncio.Lock())
+
+    def _same_claim(self, group_id: str, lease: GroupLease) -> bool:
+        """Does this broker still hold the claim ``lease`` came from (it may have moved on to a
+        newer version of it by its own generation write)? False once unloaded or claimed anew."""
+        now = self.leases.get(group_id)
+        return now is not None and now.coordinator_epoch == lease.coordinator_epoch and self.core.is_loaded(group_id)
+
     def _fenced(self, group_id: str, lease: GroupLease) -> None:
-        """Another coordinator took ``group_id`` over: drop it (if still under that lease)."""
-        if self.leases.get(group_id) == lease:
+        """Another coordinator took ``group_id`` over: drop it (if still under that claim)."""
+        if self._same_claim(group_id, lease):
             log.warning("group %s: coordinator epoch %d fenced by a newer coordinator; unloading",
                         group_id, lease.coordinator_epoch)
             self._unload(group_id)
@@ -303,23 +318,25 @@ class GroupCoordinator:
     async def _record_generation(self, group_id: str) -> int:
         """Before a member receives an assignment: the generation is recorded under the lease
         (NONE), or this coordinator was fenced (NOT_COORDINATOR, group unloaded)."""
-        lease = self.leases.get(group_id)
-        generation = self.core.stable_generation(group_id)
-        if lease is None:
-            return NOT_COORDINATOR
-        if generation is None or generation <= lease.generation_id:
-            return NONE
-        try:
-            new_lease = await self.offload(self.ownership.record_generation, lease, generation)
-        except errors.NotCoordinatorError:
-            self._fenced(group_id, lease)
-            return NOT_COORDINATOR
-        except Exception as e:
-            log.warning("group %s: cannot record generation %d: %s", group_id, generation, e)
-            return COORDINATOR_NOT_AVAILABLE
-        if self.leases.get(group_id) == lease:
+        async with self._lease_lock(group_id):
+            lease = self.leases.get(group_id)
+            generation = self.core.stable_generation(group_id)
+            if lease is None or not self.core.is_loaded(group_id):
+                return NOT_COORDINATOR
+            if generation is None or generation <= lease.generation_id:
+                return NONE
+            try:
+                new_lease = await self.offload(self.ownership.record_generation, lease, generation)
+            except errors.NotCoordinatorError:
+                self._fenced(group_id, lease)
+                return NOT_COORDINATOR
+            except Exception as e:
+                log.warning("group %s: cannot record generation %d: %s", group_id, generation, e)
+                return COORDINATOR_NOT_AVAILABLE
+            if not self._same_claim(group_id, lease):
+                return NOT_COORDINATOR  # unloaded meanwhile (session lost, group moved)
             self.leases[group_id] = new_lease
-        return NONE
+            return NONE
 
     def _dispatch(self, completions: list[Completion]) -> None:
         for c in completions:
@@ -423,21 +440,24 @@ class GroupCoordinator:
             if verdict == NONE:
                 accepted[tp] = om
                 adding += tp not in stored
-        lease = self.leases.get(group_id)
         if not accepted:
             return result
-        if lease is None:
-            return {tp: NOT_COORDINATOR for tp in offsets}
-        try:
-            await self.offload(self.ownership.commit, lease, accepted, stored)
-        except errors.NotCoordinatorError:
-            self._fenced(group_id, lease)
-            return {tp: NOT_COORDINATOR for tp in offsets}
-        except Exception as e:
-            log.warning("group %s: commit of %d offsets failed: %s", group_id, len(accepted), e)
-            return {tp: (COORDINATOR_NOT_AVAILABLE if tp in accepted else c) for tp, c in result.items()}
-        if self.leases.get(group_id) == lease:
-            self.core.offsets_committed(group_id, accepted)
+        async with self._lease_lock(group_id):
+            lease = self.leases.get(group_id)
+            if lease is None or not self.core.is_loaded(group_id):
+                return {tp: NOT_COORDINATOR for tp in offsets}
+            try:
+                await self.offload(self.ownership.commit, lease, accepted, self.core.stored_partitions(group_id))
+            except errors.NotCoordinatorError:
+                self._fenced(group_id, lease)
+                return {tp: NOT_COORDINATOR for tp in offsets}
+            except Exception as e:
+                log.warning("group %s: commit of %d offsets failed: %s", group_id, len(accepted), e)
+                return {tp: (COORDINATOR_NOT_AVAILABLE if tp in accepted else c) for tp, c in result.items()}
+            # Written under the lease: durable, and the answer is NONE. The cache learns it only if
+            # it is still this claim's (else whoever loads the group next reads it from ZooKeeper).
+            if self._same_claim(group_id, lease):
+                self.core.offsets_committed(group_id, accepted)
         return result
 
     async def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
@@ -447,20 +467,24 @@ class GroupCoordinator:
             return NONE, {}
         if code != NONE:
             return code, {}
-        lease = self.leases.get(group_id)
-        if lease is None:
-            return NOT_COORDINATOR, {}
-        # The cache is the truth only while the lease is: confirm it (a resumed, paused coordinator
-        # would otherwise answer with the offsets it had before another broker took the group over).
-        try:
-            valid = await self.offload(self.ownership.still_owner, lease)
-        except Exception as e:
-            log.warning("group %s: cannot confirm the coordinator lease: %s", group_id, e)
-            return COORDINATOR_NOT_AVAILABLE, {}
-        if not valid:
-            self._fenced(group_id, lease)
-            return NOT_COORDINATOR, {}
-        return NONE, self.core.fetch_offsets(group_id, partitions)
+        async with self._lease_lock(group_id):
+            lease = self.leases.get(group_id)
+            if lease is None or not self.core.is_loaded(group_id):
+                return NOT_COORDINATOR, {}
+            # The cache is the truth only while the lease is: confirm it (a resumed, paused
+            # coordinator would otherwise answer with the offsets it had before another broker
+            # took the group over).
+            try:
+                valid = await self.offload(self.ownership.still_owner, lease)
+            except Exception as e:
+                log.warning("group %s: cannot confirm the coordinator lease: %s", group_id, e)
+                return COORDINATOR_NOT_AVAILABLE, {}
+            if not valid:
+                self._fenced(group_id, lease)
+                return NOT_COORDINATOR, {}
+            if not self._same_claim(group_id, lease):
+                return NOT_COORDINATOR, {}  # unloaded while confirming: the cache is gone, not empty
+            return NONE, self.core.fetch_offsets(group_id, partitions)
 
     async def list_groups(self) -> tuple[int, list[tuple[str, str]]]:
         """Groups this broker coordinates: loaded ones and those with offsets in ZooKeeper."""

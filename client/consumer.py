@@ -574,10 +574,11 @@ class Consumer:
         found = self._group.fetch_offsets([(tp.topic, tp.partition) for tp in tps])
         return {tp: found.get((tp.topic, tp.partition)) for tp in tps}
 
-    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
         """Store the positions (or ``offsets``): the next offset to consume, per partition. A group
         member commits as its generation: after a rebalance moved a partition away the coordinator
-        refuses (Kafka's CommitFailedException, here logged; the member rejoins)."""
+        refuses (Kafka's CommitFailedException, here logged; the member rejoins). Returns the
+        offsets the coordinator acknowledged (a refused or skipped partition is absent)."""
         if self._group is None:
             raise errors.InvalidGroupIdError("commit() needs a group_id")
         wanted = offsets if offsets is not None else dict(self._positions)
@@ -587,13 +588,16 @@ class Consumer:
             if skipped:
                 log.info("consumer %s: not committing %s: no longer owned", self.consumer_id, skipped)
             wanted = {tp: o for tp, o in wanted.items() if tp in owned}
+        acknowledged: dict[TopicPartition, int] = {}
         if wanted:
             result = self._group.commit({(tp.topic, tp.partition): o for tp, o in wanted.items()},
                                         as_member=bool(self._subscription))
             refused = {tp: errors.for_code(c).name for tp, c in result.items() if c != 0}
             if refused:
                 log.info("consumer %s: commit refused for %s", self.consumer_id, refused)
+            acknowledged = {tp: o for tp, o in wanted.items() if result.get((tp.topic, tp.partition)) == 0}
         self._last_commit = time.monotonic()
+        return acknowledged
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> threading.Thread:
         t = threading.Thread(target=self.commit, args=(offsets,), daemon=True)

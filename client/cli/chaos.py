@@ -15,8 +15,8 @@ from client.admin import AdminClient
 from client.cli.progress import Progress
 from client.connection import ClusterView
 from client.discovery import local_cluster_dir
-from client.ops.chaos import SCENARIOS, Outstanding, Workload, heal, inject
-from client.ops.history import check
+from client.ops.chaos import SCENARIOS, GroupWorkload, Outstanding, Workload, heal, inject
+from client.ops.history import GroupReport, check, check_group
 from client.ops.local_cluster import ClusterState, LocalCluster, pid_alive
 from client.ops.verify_replicas import verify
 from proto import errors
@@ -30,6 +30,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--duration", type=float, default=30.0, help="seconds of faults")
     p.add_argument("--interval", type=float, default=3.0, help="seconds between faults")
     p.add_argument("--rate", type=float, default=300.0, help="writes per second per producer")
+    p.add_argument("--members", type=int, default=2,
+                   help="members of the consumer group that reads the topic meanwhile, committing after "
+                        "each batch (default 2; 0: no group, and no coordinator-pause)")
     p.add_argument("--seed", type=int, default=None, help="random seed, to repeat a run's choices")
     p.add_argument("--output", choices=["table", "json"], default="table", help="the report's format")
     p.add_argument("--keep-topic", action="store_true",
@@ -37,9 +40,16 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+DRAIN_TIMEOUT_S = 60.0
+
+
 def run(args: argparse.Namespace) -> int:
-    """Create a topic, write to it under faults with a progress line, heal, check the history, and
-    remove the topic. Ctrl-C at any point heals every fault still in place before exiting."""
+    """Create a topic, write to it and consume it in a group under faults with a progress line, heal,
+    check both histories, and remove the topic. Ctrl-C at any point heals every fault still in
+    place before exiting."""
+    if args.members < 0:
+        print("error: --members must be 0 or more", file=sys.stderr)
+        return 2
     rng = random.Random(args.seed)
     cluster = LocalCluster(args.dir)
     state = ClusterState.load(args.dir)
@@ -54,19 +64,27 @@ def run(args: argparse.Namespace) -> int:
     if resp.topics[0].error_code != pb.ErrorCode.NONE:
         raise errors.for_code(resp.topics[0].error_code)(resp.topics[0].error_message)
     workload = Workload(state.bootstrap_servers, topic, 2, rate=args.rate, security=security)
+    group = GroupWorkload(state.bootstrap_servers, topic, 2, f"{topic}-readers", members=args.members,
+                          security=security) if args.members else None
+    group_report: GroupReport | None = None
+    drained = True
     faults: list[str] = []
     outstanding = Outstanding()
     progress = Progress()
     started = time.monotonic()
     try:
         workload.start()
+        if group is not None:
+            group.start()
         deadline = started + args.duration
         next_fault = started + args.interval
         while time.monotonic() < deadline:
             progress.update(lambda: f"chaos {args.scenario}: {time.monotonic() - started:.0f}/{args.duration:.0f} s, "
-                                    f"{len(faults)} faults, {len(workload.pending)} writes sent")
+                                    f"{len(faults)} faults, {len(workload.pending)} writes sent"
+                                    + (f", {len(group.history.deliveries)} delivered to the group"
+                                       if group is not None else ""))
             if time.monotonic() >= next_fault:
-                inject(cluster, view, topic, args.scenario, rng, faults, outstanding)
+                inject(cluster, view, topic, args.scenario, rng, faults, outstanding, group=group)
                 next_fault = time.monotonic() + args.interval
             time.sleep(max(0.0, min(0.2, deadline - time.monotonic())))
         progress.update(f"chaos {args.scenario}: faults over; reading back {len(workload.pending)} writes "
@@ -76,7 +94,18 @@ def run(args: argparse.Namespace) -> int:
             if not pid_alive(cluster.broker(b).pid):
                 outstanding.stopped.add(b)
         heal(cluster, outstanding)
-        report = check(writes, workload.read_all())
+        reads = workload.read_all()
+        report = check(writes, reads)
+        if group is not None:
+            # The group reads on to the end of the log, then the final committed offsets are read.
+            progress.update(f"chaos {args.scenario}: the group consumes to the end and commits", force=True)
+            ends: dict[int, int] = {}
+            for r in reads:
+                ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
+            drained = group.drain(ends, DRAIN_TIMEOUT_S)
+            history = group.stop()
+            group_report = check_group(writes, history.commits, history.reads, history.deliveries,
+                                       history.final_committed)
         replicas = verify(view, topic)
     except KeyboardInterrupt:
         # Heal first, with a second Ctrl-C ignored: exiting with a broker killed or paused is the
@@ -85,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             progress.done()
             workload.stop_now()
+            if group is not None:
+                group.stop_now()
             healed = heal(cluster, outstanding)
             removed = _remove_topic(state, topic, args.keep_topic)
         finally:
@@ -96,17 +127,44 @@ def run(args: argparse.Namespace) -> int:
         view.close()
     progress.done()
     removed = _remove_topic(state, topic, args.keep_topic)
-    result = {"scenario": args.scenario, "duration_s": args.duration, "faults": faults, "writes": report.writes,
-              "anomalies": report.anomalies, "replicas_identical": all(e["status"] == "OK" for e in replicas),
-              "topic": topic, "topic_kept": args.keep_topic}
+    result: dict[str, Any] = {
+        "scenario": args.scenario, "duration_s": args.duration, "faults": faults, "writes": report.writes,
+        "anomalies": report.anomalies, "replicas_identical": all(e["status"] == "OK" for e in replicas),
+        "topic": topic, "topic_kept": args.keep_topic}
+    if group is not None and group_report is not None:
+        result["group"] = _group_result(group, group_report, drained)
     if args.output == "json":
         print(json.dumps(result, indent=2))
     else:
         print(f"scenario {args.scenario}: {len(faults)} faults injected ({', '.join(faults) or 'none'})")
         print(report.summary())
+        if group_report is not None:
+            print(group_report.summary())
+            for g in group_report.regressions[:10]:
+                print(f"  commit regression: partition {g.partition}: {g.acknowledged.offset} acknowledged "
+                      f"(commit by {g.acknowledged.member}), then {g.observed} ({g.by})")
+            if group_report.skipped:
+                print(f"  skipped: {len(group_report.skipped)} acknowledged records below the final committed "
+                      "offset never delivered, e.g. " + ", ".join(f"{w.partition}@{w.offset}"
+                                                                   for w in group_report.skipped[:10]))
+            if not drained:
+                print(f"  the group did not reach the end of the log within {DRAIN_TIMEOUT_S:.0f} s")
         print("replicas identical below the HW: " + ("yes" if result["replicas_identical"] else "NO"))
         print(removed)
-    return 0 if report.valid and result["replicas_identical"] else 1
+    group_ok = group_report is None or group_report.valid
+    return 0 if report.valid and group_ok and result["replicas_identical"] else 1
+
+
+def _group_result(group: GroupWorkload, r: GroupReport, drained: bool) -> dict[str, Any]:
+    return {"group_id": group.group, "members": group.member_count, "commits": r.commits, "reads": r.reads,
+            "deliveries": r.deliveries, "redelivered": r.redelivered,
+            "final_committed": {str(p): o for p, o in sorted(r.final_committed.items())},
+            "drained": drained, "anomalies": r.anomalies,
+            "regressions": [{"partition": g.partition, "acknowledged": g.acknowledged.offset,
+                             "acknowledged_by": g.acknowledged.member, "observed": g.observed, "by": g.by}
+                            for g in r.regressions[:100]],
+            "skipped": [{"partition": w.partition, "offset": w.offset, "value": w.value} for w in r.skipped[:100]],
+            "member_errors": dict(sorted(group.history.errors.items()))}
 
 
 REMOVE_TOPIC_TIMEOUT_S = 30.0

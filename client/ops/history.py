@@ -15,6 +15,26 @@ partition. ``check`` finds:
 * failed writes read: a definite failure whose value is there after all.
 
 Values must be unique per history (the workload makes them so).
+
+A consumer group's history (``check_group``) is what the group's members saw:
+every commit the coordinator acknowledged (``Commit``: when it was sent, when
+its success came back), every committed offset read back (``CommittedRead``:
+an OffsetFetch, by a member, an observer or a probe of one broker, with when it
+was sent) and every record a member delivered (``Delivery``). It finds:
+
+* commit regressions: a committed offset read back - or acknowledged to a later
+  commit - lower than a commit acknowledged before that read or commit was
+  sent, on the same partition, with no explicit reset (``Commit.reset``) in
+  between (SPEC S11.4). One regression per acknowledged commit read lower: the
+  first read that shows it; a stale coordinator answering many reads is one
+  finding, not hundreds;
+* skipped records: acknowledged writes (the producer's ``Write``, ``ok``) below
+  the group's final committed offset of their partition that no member ever
+  delivered - the group committed past them.
+
+Reads and commits sent while a commit was in flight may see either value:
+only what completed before a read was sent binds it (linearizability's rule).
+Times are any one clock's numbers (the workload uses ``time.monotonic()``).
 """
 
 from __future__ import annotations
@@ -113,3 +133,130 @@ def check(writes: Sequence[Write], reads: Iterable[Read]) -> Report:
             last[key] = (offset, w.value)
     return report
 
+
+
+# ------------------------------------------------------------------ consumer groups
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A commit the coordinator acknowledged: ``offset`` is the next offset to consume."""
+
+    member: str
+    partition: int
+    offset: int
+    sent: float  # when the OffsetCommit went out
+    acked: float  # when its success came back
+    reset: bool = False  # an explicit reset (e.g. ``groups --reset-offsets``): may move the offset back
+
+
+@dataclass(frozen=True)
+class CommittedRead:
+    """A committed offset read back (OffsetFetch): ``offset`` -1 when none was committed."""
+
+    reader: str
+    partition: int
+    offset: int
+    sent: float  # when the OffsetFetch went out
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A record a member's poll handed to the application."""
+
+    member: str
+    partition: int
+    offset: int
+    value: str
+
+
+@dataclass(frozen=True)
+class Regression:
+    partition: int
+    acknowledged: Commit  # the commit acknowledged before ...
+    observed: int  # ... this lower value was read back (or acknowledged to a later commit)
+    by: str  # "read by <reader>" or "commit by <member>"
+    at: float  # when that read or commit was sent
+
+
+@dataclass
+class GroupReport:
+    commits: int = 0
+    reads: int = 0
+    deliveries: int = 0
+    redelivered: int = 0  # deliveries of a (partition, offset) delivered before: at-least-once, not an anomaly
+    final_committed: dict[int, int] = field(default_factory=dict)
+    regressions: list[Regression] = field(default_factory=list)
+    skipped: list[Write] = field(default_factory=list)
+
+    @property
+    def anomalies(self) -> dict[str, int]:
+        return {"commit_regressions": len(self.regressions), "skipped": len(self.skipped)}
+
+    @property
+    def valid(self) -> bool:
+        return not any(self.anomalies.values())
+
+    def summary(self) -> str:
+        committed = ", ".join(f"{p}: {o}" for p, o in sorted(self.final_committed.items())) or "none"
+        return (f"group: {self.commits} commits acknowledged, {self.reads} committed offsets read, "
+                f"{self.deliveries} records delivered ({self.redelivered} again), final committed {{{committed}}}; "
+                "anomalies: " + ", ".join(f"{k} {v}" for k, v in self.anomalies.items()))
+
+
+def commit_regressions(commits: Iterable[Commit], reads: Iterable[CommittedRead]) -> list[Regression]:
+    """Committed offsets that went backwards (see the module's docstring), in time order.
+
+    Per partition, the *floor* at time t is the highest offset acknowledged by a commit whose
+    success came back before t (an acknowledged reset sets it to the reset's offset instead).
+    Every read sent at t, and every commit sent at t that is not a reset, must be at or above it."""
+    acks: dict[int, list[Commit]] = {}
+    observations: dict[int, list[tuple[float, int, str]]] = {}
+    for c in commits:
+        acks.setdefault(c.partition, []).append(c)
+        if not c.reset:
+            observations.setdefault(c.partition, []).append((c.sent, c.offset, f"commit by {c.member}"))
+    for r in reads:
+        observations.setdefault(r.partition, []).append((r.sent, r.offset, f"read by {r.reader}"))
+    found: list[Regression] = []
+    for partition, seen in observations.items():
+        # An acknowledgement at the very moment a read is sent does not bind it (strictly before).
+        done = sorted(acks.get(partition, []), key=lambda c: (c.acked, c.sent))
+        floor: Commit | None = None
+        reported: set[Commit] = set()
+        i = 0
+        for sent, offset, by in sorted(seen, key=lambda o: (o[0], o[1], o[2])):
+            while i < len(done) and done[i].acked < sent:
+                c = done[i]
+                if c.reset or floor is None or c.offset > floor.offset:
+                    floor = c
+                i += 1
+            if floor is not None and offset < floor.offset and floor not in reported:
+                reported.add(floor)
+                found.append(Regression(partition, floor, offset, by, sent))
+    return sorted(found, key=lambda r: (r.at, r.partition))
+
+
+def skipped_records(writes: Iterable[Write], deliveries: Iterable[Delivery],
+                    final_committed: dict[int, int]) -> list[Write]:
+    """Acknowledged writes below their partition's final committed offset that no member delivered."""
+    delivered = {(d.partition, d.offset) for d in deliveries}
+    return [w for w in writes if w.status == OK and 0 <= w.offset < final_committed.get(w.partition, -1)
+            and (w.partition, w.offset) not in delivered]
+
+
+def check_group(writes: Sequence[Write], commits: Sequence[Commit], reads: Sequence[CommittedRead],
+                deliveries: Sequence[Delivery], final_committed: dict[int, int]) -> GroupReport:
+    """A consumer group's history against the producers' (``writes``). ``final_committed``: the
+    group's committed offset per partition once the run is over (a final OffsetFetch, also one of
+    ``reads``); a partition without one has no records the group could have skipped."""
+    seen: set[tuple[int, int]] = set()
+    again = 0
+    for d in deliveries:
+        key = (d.partition, d.offset)
+        if key in seen:
+            again += 1
+        seen.add(key)
+    return GroupReport(commits=len(commits), reads=len(reads), deliveries=len(deliveries), redelivered=again,
+                       final_committed=dict(final_committed), regressions=commit_regressions(commits, reads),
+                       skipped=skipped_records(writes, deliveries, final_committed))

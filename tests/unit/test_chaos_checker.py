@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from client.ops.history import FAIL, OK, UNKNOWN, Read, Write, check
+from client.ops.history import (
+    FAIL,
+    OK,
+    UNKNOWN,
+    Commit,
+    CommittedRead,
+    Delivery,
+    Read,
+    Write,
+    check,
+    check_group,
+)
 
 
 def clean() -> tuple[list[Write], list[Read]]:
@@ -63,3 +74,98 @@ def test_definitely_failed_write_that_was_read() -> None:
     writes, reads = clean()
     reads.append(Read(0, 5, "x"))
     assert [w.value for w in check(writes, reads).failed_but_read] == ["x"]
+
+
+# ------------------------------------------------------------------ consumer groups (check_group)
+
+
+def group_clean() -> tuple[list[Write], list[Commit], list[CommittedRead], list[Delivery]]:
+    """Two partitions of 4 records each; member m0 reads and commits in two batches per partition,
+    m1 takes partition 1 over after a rebalance and resumes from the committed offset."""
+    writes = [Write("p0", p, f"v{p}-{i}", OK, i) for p in (0, 1) for i in range(4)]
+    deliveries = [Delivery("m0", p, i, f"v{p}-{i}") for p in (0, 1) for i in range(2)]
+    deliveries += [Delivery("m0", 0, i, f"v0-{i}") for i in (2, 3)]
+    deliveries += [Delivery("m1", 1, i, f"v1-{i}") for i in (2, 3)]
+    commits = [Commit("m0", 0, 2, sent=1.0, acked=1.1), Commit("m0", 1, 2, sent=1.0, acked=1.1),
+               Commit("m0", 0, 4, sent=2.0, acked=2.1), Commit("m1", 1, 4, sent=3.0, acked=3.1)]
+    reads = [CommittedRead("observer", 0, 2, sent=1.5), CommittedRead("observer", 1, 2, sent=1.5),
+             CommittedRead("m1", 1, 2, sent=2.5), CommittedRead("final", 0, 4, sent=9.0),
+             CommittedRead("final", 1, 4, sent=9.0)]
+    return writes, commits, reads, deliveries
+
+
+def test_a_clean_group_history_is_valid() -> None:
+    writes, commits, reads, deliveries = group_clean()
+    report = check_group(writes, commits, reads, deliveries, {0: 4, 1: 4})
+    assert report.valid, report.summary()
+    assert report.anomalies == {"commit_regressions": 0, "skipped": 0}
+    assert (report.commits, report.reads, report.deliveries, report.redelivered) == (4, 5, 8, 0)
+    assert "commit_regressions 0, skipped 0" in report.summary()
+
+
+def test_a_read_lower_than_an_acknowledged_commit_is_a_regression() -> None:
+    writes, commits, reads, deliveries = group_clean()
+    # A resumed stale coordinator answers with what it had before the commit at 2.1 on partition 0.
+    reads += [CommittedRead("broker 2", 0, 2, sent=5.0), CommittedRead("broker 2", 0, 2, sent=5.5)]
+    report = check_group(writes, commits, reads, deliveries, {0: 4, 1: 4})
+    assert not report.valid
+    [g] = report.regressions  # the second stale read shows the same acknowledged commit: one finding
+    assert (g.partition, g.acknowledged.offset, g.observed, g.by, g.at) == (0, 4, 2, "read by broker 2", 5.0)
+
+
+def test_none_committed_after_an_acknowledged_commit_is_a_regression() -> None:
+    writes, commits, reads, deliveries = group_clean()
+    reads.append(CommittedRead("observer", 1, -1, sent=1.2))
+    [g] = check_group(writes, commits, reads, deliveries, {0: 4, 1: 4}).regressions
+    assert (g.partition, g.acknowledged.offset, g.observed) == (1, 2, -1)
+
+
+def test_a_later_commit_acknowledged_lower_is_a_regression() -> None:
+    writes, commits, reads, deliveries = group_clean()
+    # m1 resumed partition 1 from a stale offset and its lower commit was accepted.
+    commits.append(Commit("m1", 1, 3, sent=4.0, acked=4.1))
+    [g] = check_group(writes, commits, reads, deliveries, {0: 4, 1: 4}).regressions
+    assert (g.partition, g.acknowledged.offset, g.observed, g.by) == (1, 4, 3, "commit by m1")
+
+
+def test_reads_and_commits_concurrent_with_a_commit_may_see_either_value() -> None:
+    writes, commits, reads, deliveries = group_clean()
+    # Sent before the commit of 4 on partition 0 came back (2.1): the old value is allowed.
+    reads += [CommittedRead("observer", 0, 2, sent=2.05), CommittedRead("observer", 0, 2, sent=2.1)]
+    commits.append(Commit("m0", 0, 3, sent=2.05, acked=2.2))  # in flight together with the commit of 4
+    report = check_group(writes, commits, reads, deliveries, {0: 4, 1: 4})
+    assert not report.regressions, report.regressions
+
+
+def test_an_explicit_reset_may_move_the_committed_offset_back() -> None:
+    writes, commits, reads, deliveries = group_clean()
+    commits.append(Commit("admin", 0, 0, sent=4.0, acked=4.1, reset=True))
+    reads.append(CommittedRead("observer", 0, 0, sent=5.0))
+    report = check_group(writes, commits, reads, deliveries, {0: 4, 1: 4})
+    assert not report.regressions
+    reads.append(CommittedRead("observer", 0, 2, sent=3.0))  # before the reset: still a regression
+    assert [g.observed for g in check_group(writes, commits, reads, deliveries, {0: 4, 1: 4}).regressions] == [2]
+
+
+def test_an_acknowledged_record_below_the_final_commit_never_delivered_is_skipped() -> None:
+    writes, commits, reads, deliveries = group_clean()
+    deliveries = [d for d in deliveries if (d.partition, d.offset) != (1, 2)]
+    report = check_group(writes, commits, reads, deliveries, {0: 4, 1: 4})
+    assert [(w.partition, w.offset, w.value) for w in report.skipped] == [(1, 2, "v1-2")]
+    assert not report.valid and report.anomalies == {"commit_regressions": 0, "skipped": 1}
+
+
+def test_records_at_or_above_the_final_commit_and_unacknowledged_ones_are_not_skipped() -> None:
+    writes, commits, reads, deliveries = group_clean()
+    deliveries = [d for d in deliveries if d.partition != 1 or d.offset < 2]
+    writes.append(Write("p0", 0, "u", UNKNOWN))  # no offset: never a skip
+    writes.append(Write("p0", 0, "f", FAIL))
+    report = check_group(writes, commits, reads, deliveries, {0: 4, 1: 2})  # the group committed 2 on 1
+    assert report.valid, report.summary()
+
+
+def test_redeliveries_are_counted_not_reported() -> None:
+    writes, commits, reads, deliveries = group_clean()
+    deliveries += [Delivery("m1", 1, 0, "v1-0"), Delivery("m1", 1, 1, "v1-1")]
+    report = check_group(writes, commits, reads, deliveries, {0: 4, 1: 4})
+    assert report.valid and report.redelivered == 2
