@@ -247,3 +247,85 @@ def test_s14_cached_state_after_a_zookeeper_outage(tmp_path: Path) -> None:
     finally:
         fx.stop()
         zk.stop()
+
+
+# ------------------------------------------------------------------ ACLs and SCRAM credentials
+
+
+def _as_user(fx: ClusterFixture, broker_id: int, user: str, password: str) -> Any:
+    """A KafkaApi stub that authenticates as ``user`` (SASL_SSL) to one broker only."""
+    from proto import minikafka_pb2_grpc as pb_grpc
+    from proto.transport import ChannelSecurity
+
+    assert fx.cluster is not None and fx.cluster.state is not None
+    ca = str(Path(fx.cluster.state.secrets) / "ca.pem")
+    channel = ChannelSecurity("SASL_SSL", ssl_cafile=ca, sasl_plain_username=user,
+                              sasl_plain_password=password).channel(fx.cluster.broker(broker_id).address)
+    return channel, pb_grpc.KafkaApiStub(channel)  # type: ignore[no-untyped-call]
+
+
+def _victim_answer(fx: ClusterFixture, user: str, password: str) -> str:
+    """What the victim answers ``user``'s acks=1 produce to "orders": an error name, or
+    "UNAUTHENTICATED" when the login itself fails."""
+    import grpc
+
+    channel, stub = _as_user(fx, VICTIM, user, password)
+    try:
+        resp = stub.Produce(pb.ProduceRequest(acks=1, timeout_ms=5000, topics=[pb.ProduceTopicData(
+            name="orders", partitions=[pb.ProducePartitionData(partition=0, records=batch_of(["o"]))])]), timeout=10)
+        return str(pb.ErrorCode.Name(resp.topics[0].partitions[0].error_code))
+    except grpc.RpcError as e:
+        return str(e.code().name)
+    finally:
+        channel.close()
+
+
+ALLOWED = {"NONE", "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE"}  # authorized: the ACL let it through
+
+
+@pytest.mark.parametrize("away", ["killed", "paused_past_its_session", "stopped"])
+def test_s14_acls_and_credentials_changed_while_a_broker_was_away(away: str, cluster: ClusterFixture) -> None:
+    """While the victim was away, alice lost Write on "orders" (a Deny) and bob was deleted: back, it
+    refuses both (carol, unchanged, still gets through)."""
+    from client.admin import NewTopic
+
+    c = cluster.start(3, secure=True, zookeeper_session_timeout_ms=str(SESSION_MS))
+    assert c.state is not None
+    bootstrap, security = c.state.bootstrap_servers, c.state.client_security()
+
+    def acl(user: str, op: str, permission: str = "Allow") -> pb.AclBinding:
+        return pb.AclBinding(resource_type=pb.AclResourceType.TOPIC_RESOURCE, resource_name="orders",
+                             principal=f"User:{user}", host="*", operation=op, permission_type=permission)
+
+    with AdminClient(bootstrap, security=security) as admin:
+        admin.create_topics([NewTopic("orders", 1, 3)])
+        for user in ("alice", "bob", "carol"):
+            admin.upsert_scram_user(user, f"{user}-secret")
+        admin.create_acls([acl(u, op) for u in ("alice", "bob", "carol") for op in ("Describe", "Write")])
+    for user in ("alice", "bob", "carol"):
+        wait_for(lambda u=user: _victim_answer(cluster, u, f"{u}-secret") in ALLOWED, timeout_s=30,  # type: ignore[misc]
+                 what=f"{user} allowed by broker {VICTIM}")
+
+    if away == "killed":
+        c.signal(VICTIM, "KILL")
+    elif away == "stopped":
+        c.signal(VICTIM, "TERM")
+        c.wait_for_exit(VICTIM)
+    else:
+        c.signal(VICTIM, "STOP")
+    try:
+        wait_for(lambda: VICTIM not in c.zk_view()["registered"], timeout_s=30, what="the victim's session to end")
+        with AdminClient(bootstrap, security=security) as admin:
+            admin.create_acls([acl("alice", "Write", "Deny")])
+            admin.delete_scram_user("bob")
+    finally:
+        if away == "paused_past_its_session":
+            c.signal(VICTIM, "CONT")
+    if away != "paused_past_its_session":
+        c.start(VICTIM)
+    c.wait_registered({1, 2, 3})
+    wait_for(lambda: _victim_answer(cluster, "alice", "alice-secret") == "TOPIC_AUTHORIZATION_FAILED", timeout_s=30,
+             what="the Deny enforced by the broker that was away")
+    wait_for(lambda: _victim_answer(cluster, "bob", "bob-secret") == "UNAUTHENTICATED", timeout_s=30,
+             what="the deleted user refused by the broker that was away")
+    assert _victim_answer(cluster, "carol", "carol-secret") in ALLOWED
