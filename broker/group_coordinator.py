@@ -230,8 +230,11 @@ class GroupCoordinator:
             deadline = self.core.next_deadline_ms()
             wait_s = 0.25 if deadline is None else min(0.25, max(0.0, (deadline - self.clock()) / 1000.0))
             self._wake.clear()
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that arrives
+            # in the loop turn the event is set (CPython gh-86296), and shutdown() waited forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait_s)
+                async with asyncio.timeout(wait_s):
+                    await self._wake.wait()
 
     # ------------------------------------------------------------ plumbing
 
@@ -315,15 +318,15 @@ class GroupCoordinator:
                         group_id, lease.coordinator_epoch)
             self._unload(group_id)
 
-    async def _record_generation(self, group_id: str) -> int:
-        """Before a member receives an assignment: the generation is recorded under the lease
+    async def _record_generation(self, group_id: str, generation: int) -> int:
+        """Before a member receives the assignment of ``generation`` (read when SyncGroup gave it:
+        the group may move on while this waits for the lease), it is recorded under the lease
         (NONE), or this coordinator was fenced (NOT_COORDINATOR, group unloaded)."""
         async with self._lease_lock(group_id):
             lease = self.leases.get(group_id)
-            generation = self.core.stable_generation(group_id)
             if lease is None or not self.core.is_loaded(group_id):
                 return NOT_COORDINATOR
-            if generation is None or generation <= lease.generation_id:
+            if generation <= lease.generation_id:
                 return NONE
             try:
                 new_lease = await self.offload(self.ownership.record_generation, lease, generation)
@@ -398,7 +401,7 @@ class GroupCoordinator:
             # The leader's assignment completed the generation (``done`` holds the followers'
             # answers), or a member of a Stable group asks again: nobody receives an assignment
             # before its generation is recorded under this coordinator's lease.
-            code = await self._record_generation(group_id)
+            code = await self._record_generation(group_id, generation_id)
             if code != NONE:
                 self._dispatch([Completion(c.group_id, c.member_id, c.api, SyncGroupResult(code)) for c in done])
                 return SyncGroupResult(code)

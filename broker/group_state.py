@@ -481,12 +481,6 @@ class GroupStateMachine:
         g = self.groups.get(group_id)
         return set() if g is None else set(g.offsets)
 
-    def stable_generation(self, group_id: str) -> int | None:
-        """The generation whose assignment members have (or are being handed): the shell records
-        it in storage, fenced, before any member receives it. None if the group has none."""
-        g = self.groups.get(group_id)
-        return g.generation_id if g is not None and g.state == STABLE else None
-
     def fetch_offsets(self, group_id: str,
                       partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], OffsetAndMetadata]:
         """Committed offsets (all of the group's when ``partitions`` is None); absent = none committed."""
