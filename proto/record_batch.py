@@ -100,6 +100,13 @@ CODEC_MASK: Final = 0x07
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qii")
 _HEAD27 = struct.Struct(">qiibIhi")  # up to and including last_offset_delta
+_ATTRIBUTES = struct.Struct(">h")
+_TIMESTAMP = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+_LENGTH = struct.Struct(">i")
+MAX_TIMESTAMP_OFFSET: Final = 35
+# Bytes batch_span needs: the header up to and including last_offset_delta.
+SPAN_BYTES: Final = _HEAD27.size
 
 crc32c = _crc32c_mod.crc32c
 
@@ -174,6 +181,27 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptMessageError(f"batch header truncated: {len(buf) - pos} bytes at position {pos}")
     return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+def batch_span(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int, int]:
+    """(base_offset, size with LOG_OVERHEAD, last_offset_delta) of the batch at ``pos``: what the
+    log's offset scans need, from the first SPAN_BYTES bytes (a tuple: read per batch on reads)."""
+    base, length, _e, _m, _c, _a, last_delta = _HEAD27.unpack_from(buf, pos)
+    return base, length + LOG_OVERHEAD, last_delta
+
+
+def batch_size_at(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The size (with LOG_OVERHEAD) of the batch at ``pos``, from its first LOG_OVERHEAD bytes."""
+    return int(_LENGTH.unpack_from(buf, pos + 8)[0]) + LOG_OVERHEAD
+
+
+def set_log_append_time(buf: bytearray, pos: int, size: int, now_ms: int) -> None:
+    """message.timestamp.type=LogAppendTime: the batch at ``pos`` gets ``now_ms`` as its max
+    timestamp and the timestamp-type bit; both are under the CRC, so it is re-checksummed."""
+    (attrs,) = _ATTRIBUTES.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    _ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, attrs | TIMESTAMP_TYPE_MASK)
+    _TIMESTAMP.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, now_ms)
+    _CRC.pack_into(buf, pos + CRC_OFFSET, crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size]))
 
 
 # ----------------------------------------------------------------- validation (broker hot path)

@@ -39,7 +39,6 @@ from __future__ import annotations
 import bisect
 import logging
 import shutil
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,17 +62,14 @@ from proto.errors import (
     UnknownProducerIdError,
 )
 from proto.record_batch import (
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
     LOG_OVERHEAD,
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
-    TIMESTAMP_TYPE_MASK,
     BatchesInfo,
     BatchHeader,
     BatchInfo,
     Record,
-    crc32c,
+    set_log_append_time,
     stamp_prefix,
     validate_batches,
 )
@@ -597,9 +593,5 @@ def _with_log_append_time(records: bytes, info: BatchesInfo, now_ms: int) -> byt
     both are under the CRC, so (only on this opt-in path) the batch is re-checksummed."""
     buf = bytearray(records)
     for b in info.batches:
-        pos, size = b.position, b.size
-        (attrs,) = struct.unpack_from(">h", buf, pos + ATTRIBUTES_OFFSET)
-        struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, attrs | TIMESTAMP_TYPE_MASK)
-        struct.pack_into(">q", buf, pos + 35, now_ms)
-        struct.pack_into(">I", buf, pos + CRC_OFFSET, crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size]))
+        set_log_append_time(buf, b.position, b.size, now_ms)
     return buf

@@ -28,18 +28,16 @@ from proto.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
+    SPAN_BYTES,
     BatchHeader,
     Record,
+    batch_size_at,
+    batch_span,
     crc32c,
     decode_batch,
     read_header,
 )
 
-# base_offset, batch_length, partition_leader_epoch, magic, crc, attributes, last_offset_delta
-_HEAD27: Final = struct.Struct(">qiibIhi")
-_COUNT: Final = struct.Struct(">i")  # record_count, at byte 57
-_MAX_TS: Final = struct.Struct(">q")
-_LENGTH: Final = struct.Struct(">i")
 _SCAN_CHUNK: Final = 16 * 1024
 _RECOVER_CHUNK: Final = 4 * 1024 * 1024
 
@@ -144,23 +142,21 @@ class LogSegment:
             head = os.pread(self._fd, HEADER_SIZE, pos)
             if len(head) < HEADER_SIZE:
                 raise KafkaStorageError(f"{self.log_path}: partial batch header at {pos}")
-            base, length, _e, magic, _crc, _attrs, last_delta = _HEAD27.unpack_from(head)
-            defect = batch_defect(base, length, magic, last_delta, _COUNT.unpack_from(head, 57)[0], self.base_offset,
-                                  self.base_offset if pos == 0 else next_offset)
-            if defect is not None or pos + length + LOG_OVERHEAD > self.size:
+            h = read_header(head)
+            defect = batch_defect(h.base_offset, h.batch_length, h.magic, h.last_offset_delta, h.record_count,
+                                  self.base_offset, self.base_offset if pos == 0 else next_offset)
+            if defect is not None or pos + h.size > self.size:
                 raise KafkaStorageError(f"{self.log_path}: bad batch at {pos}: {defect or 'runs past the end'}")
-            (max_ts,) = _MAX_TS.unpack_from(head, 35)
             if first and pos == 0:
-                self.rolling_base_ms = max_ts
+                self.rolling_base_ms = h.max_timestamp
             first = False
-            if max_ts > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = max_ts, base + last_delta
-            next_offset = base + last_delta + 1
-            pos += length + LOG_OVERHEAD
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
+            next_offset = h.next_offset
+            pos += h.size
         self.next_offset = next_offset
         if self.size and self.rolling_base_ms is None:
-            head = os.pread(self._fd, HEADER_SIZE, 0)
-            self.rolling_base_ms = _MAX_TS.unpack_from(head, 35)[0]
+            self.rolling_base_ms = read_header(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
 
     def recover(self, expected_first_offset: int | None = None) -> int:
         """Rebuild the indexes from the data, truncating at the first bad batch.
@@ -195,9 +191,9 @@ class LogSegment:
             head = window(HEADER_SIZE)
             if head is None:
                 break
-            base, length, _e, magic, crc, _attrs, last_delta = _HEAD27.unpack_from(head)
-            batch_size = length + LOG_OVERHEAD
-            self.recovery_defect = batch_defect(base, length, magic, last_delta, _COUNT.unpack_from(head, 57)[0],
+            h = read_header(head)
+            base, last_delta, batch_size = h.base_offset, h.last_offset_delta, h.size
+            self.recovery_defect = batch_defect(base, h.batch_length, h.magic, last_delta, h.record_count,
                                                 self.base_offset, next_offset)
             if self.recovery_defect is not None:
                 break
@@ -205,10 +201,10 @@ class LogSegment:
             if batch is None:
                 self.recovery_defect = "a partial batch at the end"
                 break
-            if crc32c(batch[ATTRIBUTES_OFFSET:]) != crc:
+            if crc32c(batch[ATTRIBUTES_OFFSET:]) != h.crc:
                 self.recovery_defect = "a batch that fails its CRC"
                 break
-            (max_ts,) = _MAX_TS.unpack_from(batch, 35)
+            max_ts = h.max_timestamp
             if self.rolling_base_ms is None:
                 self.rolling_base_ms = max_ts
             if max_ts > self.max_timestamp:
@@ -269,15 +265,15 @@ class LogSegment:
             chunk = os.pread(self._fd, min(_SCAN_CHUNK, size - pos), pos)
             p = 0
             n = len(chunk)
-            if n < 27:
+            if n < SPAN_BYTES:
                 return None
-            while p + 27 <= n:
-                base, length, _e, _m, _c, _a, last_delta = _HEAD27.unpack_from(chunk, p)
-                if length < HEADER_SIZE - LOG_OVERHEAD:
+            while p + SPAN_BYTES <= n:
+                base, batch_size, last_delta = batch_span(chunk, p)
+                if batch_size < HEADER_SIZE:
                     raise KafkaStorageError(f"{self.log_path}: bad batch length at {pos + p}")
                 if base + last_delta >= offset:
-                    return pos + p, base, length + LOG_OVERHEAD
-                p += length + LOG_OVERHEAD
+                    return pos + p, base, batch_size
+                p += batch_size
             pos += p
         return None
 
@@ -309,12 +305,12 @@ class LogSegment:
             chunk = os.pread(self._fd, min(_SCAN_CHUNK, limit_pos - p), p)
             q = 0
             while q + LOG_OVERHEAD <= len(chunk):
-                (length,) = _LENGTH.unpack_from(chunk, q + 8)
-                if length < HEADER_SIZE - LOG_OVERHEAD:
+                batch_size = batch_size_at(chunk, q)
+                if batch_size < HEADER_SIZE:
                     raise KafkaStorageError(f"{self.log_path}: bad batch length at {p + q}")
-                if p + q + length + LOG_OVERHEAD > limit_pos:
+                if p + q + batch_size > limit_pos:
                     return p + q
-                q += length + LOG_OVERHEAD
+                q += batch_size
             if q == 0:
                 return p
             p += q
@@ -335,11 +331,9 @@ class LogSegment:
         found = self.translate_offset(max(offset, start_offset))
         pos = found[0] if found else self.size
         while pos < self.size:
-            head = os.pread(self._fd, HEADER_SIZE, pos)
-            _base, length, *_ = _HEAD27.unpack_from(head)
-            (max_ts,) = _MAX_TS.unpack_from(head, 35)
-            size = length + LOG_OVERHEAD
-            if max_ts >= timestamp:
+            h = read_header(os.pread(self._fd, HEADER_SIZE, pos))
+            size = h.size
+            if h.max_timestamp >= timestamp:
                 _h, records = decode_batch(os.pread(self._fd, size, pos), 0)
                 for r in records:
                     if r.timestamp >= timestamp and r.offset >= start_offset:

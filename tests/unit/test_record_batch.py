@@ -183,3 +183,28 @@ def test_record_encoding_round_trips_on_both_sides_of_the_fast_path(size: int, d
             for i in range(2)] + [Record(value=None, key=b"x", timestamp=1000)]
     _h, back = decode_batch(encode_batch(recs))
     assert [(r.value, r.key, r.timestamp) for r in back] == [(r.value, r.key, r.timestamp) for r in recs]
+
+
+def test_the_logs_header_accessors_agree_with_the_parsed_header() -> None:
+    """The log and its segments read header fields only through the codec (issue 28): the scan
+    accessors give what read_header gives, and LogAppendTime rewrites a batch that still verifies."""
+    from proto.record_batch import (
+        TIMESTAMP_TYPE_MASK,
+        batch_size_at,
+        batch_span,
+        decode_batches,
+        read_header,
+        set_log_append_time,
+    )
+
+    one = encode_batch([Record(value=b"a", timestamp=5), Record(value=b"b", timestamp=9)], base_offset=40)
+    two = encode_batch([Record(value=b"c", timestamp=7)], base_offset=42)
+    buf = bytearray(one + two)
+    for pos in (0, len(one)):
+        h = read_header(buf, pos)
+        assert batch_span(buf, pos) == (h.base_offset, h.size, h.last_offset_delta)
+        assert batch_size_at(buf, pos) == h.size
+    set_log_append_time(buf, len(one), len(two), 123_456)
+    h = read_header(buf, len(one))
+    assert h.max_timestamp == 123_456 and h.attributes & TIMESTAMP_TYPE_MASK
+    assert [r.offset for r in decode_batches(bytes(buf))] == [40, 41, 42]  # CRCs still verify
