@@ -26,10 +26,11 @@ import grpc
 from broker.observability import event
 from broker.replica_fetch_socket import ReplicaFetchConnection, ReplicaFetchUnreachable
 from broker.replica_manager import FetcherManagerProtocol, ReplicaManager, now_ms
-from broker.replication.partition import Partition, TopicPartition
+from broker.replication.partition import Partition
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import CHANNEL_OPTIONS
+from proto.names import TopicPartition
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 log = logging.getLogger(__name__)

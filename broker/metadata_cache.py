@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from proto import minikafka_pb2 as pb
 from proto.names import topic_name_error
 
-TopicPartition = tuple[str, int]
-
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:

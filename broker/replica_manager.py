@@ -24,7 +24,7 @@ from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.observability import event
 from broker.purgatory import Purgatory
-from broker.replication.partition import Partition, TopicPartition
+from broker.replication.partition import Partition
 from broker.replication.state import (
     NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     NOT_LEADER,
@@ -37,7 +37,7 @@ from broker.security.authorizer import CLUSTER, CLUSTER_NAME, TOPIC
 from broker.security.principal import LOCAL_CLIENT, RequestContext
 from proto import errors
 from proto import minikafka_pb2 as pb
-from proto.names import MAX_PARTITION, topic_name_error
+from proto.names import MAX_PARTITION, TopicPartition, topic_name_error
 from proto.zk_client import KafkaZkClient
 from proto.zk_data import NO_LEADER, LeaderAndIsr, LeaderIsrAndControllerEpoch, TopicPartitionId
 

@@ -22,10 +22,11 @@ from typing import Any
 
 import grpc
 
-from controller.context import ControllerContext, TopicPartition
+from controller.context import ControllerContext
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import CHANNEL_OPTIONS
+from proto.names import TopicPartition
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 from proto.zk_data import BrokerRegistration
 

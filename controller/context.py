@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from controller.state_machine import PartitionState, ReplicaState
+from proto.names import TopicPartition
 from proto.zk_data import BrokerRegistration, LeaderIsrAndControllerEpoch
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass

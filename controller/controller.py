@@ -43,7 +43,7 @@ from kazoo.retry import RetryFailedError
 
 from controller import controlled_shutdown, reassignment, topic_deletion
 from controller.channel import ControllerChannelManager, RequestBatch
-from controller.context import ControllerContext, TopicPartition
+from controller.context import ControllerContext
 from controller.election import imbalanced_partitions
 from controller.event_manager import ControllerEventManager, enqueue
 from controller.events import (
@@ -78,12 +78,14 @@ from controller.partition_state_machine import (
 from controller.plan import Plan
 from controller.state_machine import ElectionStrategy, PartitionState, ReplicaState
 from proto import minikafka_pb2 as pb
+from proto.names import TopicPartition
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 from proto.zk_client import ControllerMovedError, KafkaZkClient
 from proto.zk_data import (
     NO_LEADER,
     BrokerIdsZNode,
     BrokerRegistration,
+    ConfigTopicZNode,
     ControllerZNode,
     DeleteTopicsZNode,
     IsrChangeNotificationZNode,
@@ -303,7 +305,7 @@ class KafkaController:
             self.zk.delete_guarded(version, [DeleteTopicsZNode.path(str(arg))])
         elif kind == "delete_topic":
             topic = str(arg)
-            self.zk.delete_guarded(version, [TopicZNode.path(topic), f"/config/topics/{topic}",
+            self.zk.delete_guarded(version, [TopicZNode.path(topic), ConfigTopicZNode.path(topic),
                                              DeleteTopicsZNode.path(topic)], recursive=True)
         elif kind == "reassignment":
             from proto.zk_data import TopicPartitionId

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from controller.context import ControllerContext, TopicPartition
+from controller.context import ControllerContext
 from controller.plan import Plan
 from controller.state_machine import (
     ElectionStrategy,
@@ -28,6 +28,7 @@ from controller.state_machine import (
     offline_leader_and_isr,
     remove_replica_from_isr,
 )
+from proto.names import TopicPartition
 from proto.zk_client import KafkaZkClient, ZkWrite
 from proto.zk_data import (
     NO_LEADER,

@@ -14,11 +14,11 @@ import logging
 
 from controller.partition_state_machine import Scope, change_leadership, replica_transition
 from controller.state_machine import ReplicaState
+from proto.names import TopicPartition
 from proto.zk_client import ZkWrite
 from proto.zk_data import NO_LEADER, LeaderAndIsr, TopicPartitionId, TopicZNode
 
 log = logging.getLogger(__name__)
-TopicPartition = tuple[str, int]
 
 
 def on_partition_reassignment(s: Scope, requested: dict[TopicPartitionId, list[int]]) -> None:

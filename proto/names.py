@@ -23,6 +23,10 @@ MAX_GROUP_ID_LENGTH: Final = 249
 # A group id becomes a ZooKeeper path component under /consumers: no '/', no control characters.
 ILLEGAL_GROUP_CHARS: Final = re.compile(r"[/\x00-\x1f\x7f]")
 
+# A partition as brokers and the controller key it: (topic, partition index). One alias for all of
+# them (the client's TopicPartition is a NamedTuple of the same shape, client.structs).
+TopicPartition = tuple[str, int]
+
 
 def topic_name_error(name: str) -> str | None:
     """Why ``name`` is not a legal topic name (None when it is)."""

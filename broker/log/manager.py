@@ -46,7 +46,7 @@ from broker.log.checkpoint import (
 from broker.log.config import LogConfig
 from broker.log.log import Log, RolledSegment, parse_topic_partition
 from proto.errors import InvalidTopicError, KafkaStorageError
-from proto.names import topic_name_error, validate_partition
+from proto.names import TopicPartition, topic_name_error, validate_partition
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,6 @@ QUARANTINE_SUFFIX = "-quarantined"
 # Errors of the disk itself (not of what is on it): loading stops, as Kafka takes the directory offline.
 DISK_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.ENOMEM})
 
-TopicPartition = tuple[str, int]
 
 
 class LogDirLockedError(KafkaStorageError):

@@ -54,9 +54,8 @@ from broker.replication.state import (
     truncation_offset,
 )
 from proto import errors
+from proto.names import TopicPartition
 from proto.zk_data import NO_LEADER
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
