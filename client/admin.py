@@ -1,15 +1,14 @@
 """AdminClient: topics, configs, cluster, consumer groups, leader election, reassignment.
 
-Topic and config operations go to brokers over gRPC (CreateTopics,
-DeleteTopics, DescribeConfigs, AlterConfigs, Metadata, ListOffsets). Consumer
-groups live in ZooKeeper (SPEC S10/S11), as do the admin requests the
-controller watches (/admin/preferred_replica_election,
-/admin/reassign_partitions), so those need ``zookeeper_connect``.
+Every operation goes to the brokers over gRPC, as Kafka's AdminClient does (CreateTopics,
+DeleteTopics, DescribeConfigs, AlterConfigs, Metadata, ListOffsets, ElectLeaders, partition
+reassignments, ACLs, SCRAM credentials); consumer groups through their coordinator (FindCoordinator,
+DescribeGroups, OffsetFetch, OffsetCommit). Nothing needs ZooKeeper: ``zookeeper_connect`` is
+accepted for old callers (the tools' ``--zookeeper``) and not used.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +23,6 @@ from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.scram import MECHANISM, MIN_ITERATIONS, salt_password
 from proto.transport import ChannelSecurity, client_security
-from proto.zk_client import KafkaZkClient
 
 E = pb.ErrorCode
 
@@ -80,12 +78,9 @@ class AdminClient:
         self.view = ClusterView(default_bootstrap() if bootstrap_servers is None else bootstrap_servers, timeout_s=request_timeout_ms / 1000.0, security=self.security)
         self.timeout_s = request_timeout_ms / 1000.0
         self.zookeeper_connect = zookeeper_connect or default_zookeeper()
-        self._zk: KafkaZkClient | None = None
 
     def close(self) -> None:
         self.view.close()
-        if self._zk is not None:
-            self._zk.stop()
 
     def __enter__(self) -> AdminClient:
         return self
@@ -172,20 +167,6 @@ class AdminClient:
                 "controller_epoch": resp.controller_epoch,
                 "brokers": [{"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
                             for b in sorted(resp.brokers, key=lambda b: b.broker_id)]}
-
-    # ------------------------------------------------------------ ZooKeeper-side operations
-
-    def _zk_client(self) -> KafkaZkClient:
-        if self._zk is None:
-            if not self.zookeeper_connect:
-                raise errors.InvalidRequestError("this operation needs --zookeeper (groups and admin requests "
-                                                 "live in ZooKeeper)")
-            logging.getLogger("kazoo").setLevel(logging.ERROR)
-            zk = KafkaZkClient(self.zookeeper_connect, session_timeout_ms=10000,
-                               connection_timeout_ms=int(self.timeout_s * 1000))
-            zk.start()
-            self._zk = zk
-        return self._zk
 
     def elect_preferred_leaders(self, partitions: Sequence[TopicPartition],
                                 timeout_ms: int = 30000) -> dict[TopicPartition, str]:
