@@ -24,14 +24,16 @@ from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.observability import event
 from broker.purgatory import Purgatory
-from broker.replication.partition import Partition
-from broker.replication.state import (
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    NOT_LEADER,
-    TIMED_OUT,
-    WAIT,
-    adopt_after_isr_conflict,
+from broker.replication.control import (
+    ADOPT,
+    DEPOSED,
+    IGNORE,
+    accept_controller_epoch,
+    decide_after_isr_write,
+    write_isr,
 )
+from broker.replication.partition import Partition
+from broker.replication.state import NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER, TIMED_OUT, WAIT
 from broker.request_guard import ByteBudget, error_message, judge_partitions
 from broker.security.authorizer import CLUSTER, CLUSTER_NAME, TOPIC
 from broker.security.principal import LOCAL_CLIENT, RequestContext
@@ -39,7 +41,7 @@ from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.names import MAX_PARTITION, TopicPartition, topic_name_error
 from proto.zk_client import KafkaZkClient
-from proto.zk_data import NO_LEADER, LeaderAndIsr, LeaderIsrAndControllerEpoch, TopicPartitionId
+from proto.zk_data import NO_LEADER, TopicPartitionId
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +110,7 @@ class ReplicaManager:
     # ------------------------------------------------------------ controller requests
 
     def _check_controller_epoch(self, epoch: int, what: str) -> bool:
-        if epoch < self.controller_epoch:
+        if not accept_controller_epoch(epoch, self.controller_epoch):
             log.info("refusing %s from controller epoch %d: current controller epoch is %d",
                      what, epoch, self.controller_epoch, extra=event("fenced_controller_epoch"))
             return False
@@ -678,34 +680,27 @@ class ReplicaManager:
 
     async def _persist_isr(self, p: Partition, new_isr: tuple[int, ...], expected_version: int, reason: str) -> None:
         epoch = p.leader_epoch
-        state = LeaderIsrAndControllerEpoch(LeaderAndIsr(self.broker_id, epoch, new_isr, expected_version),
-                                            p.controller_epoch)
         try:
-            version = await asyncio.to_thread(self.zk.update_partition_state, p.topic, p.partition, state,
-                                              expected_version)
+            result = await asyncio.to_thread(write_isr, self.zk, p.topic, p.partition, self.broker_id, epoch,
+                                             p.controller_epoch, new_isr, expected_version)
         except Exception as e:  # ZooKeeper unreachable: try again on the next check
             log.warning("%s-%d: cannot write ISR %s: %s", p.topic, p.partition, list(new_isr), e)
             p.on_isr_write_failed(epoch)
             return
-        if not p.is_leader or p.leader_epoch != epoch:
+        decision = decide_after_isr_write(self.broker_id, epoch, p.is_leader, p.leader_epoch, new_isr, result)
+        if decision.kind == IGNORE:
             return
-        if version is None:
+        if decision.kind in (ADOPT, DEPOSED):
             p.on_isr_write_failed(epoch)
-            # Someone else wrote the state znode (the controller). If it still names this leader at
-            # this epoch, take its ISR and version, so the next change is made against them rather
-            # than failing forever on a stale version (Kafka's checkLeaderAndIsrZkData); otherwise a
-            # LeaderAndIsr is on its way.
-            try:
-                current = await asyncio.to_thread(self.zk.get_partition_state, p.topic, p.partition)
-            except Exception:
-                current = None
-            if current is not None and p.is_leader and adopt_after_isr_conflict(
-                    self.broker_id, p.leader_epoch, current.leader_and_isr.leader, current.leader_and_isr.leader_epoch):
-                self._set_isr(p, current.leader_and_isr.isr, current.leader_and_isr.zk_version)
-                log.info("%s-%d: ISR update to %s lost to a newer write; took ISR %s at zk_version %d", p.topic,
-                         p.partition, list(new_isr), list(current.leader_and_isr.isr),
-                         current.leader_and_isr.zk_version, extra=event("isr_update_fenced", *p.tp))
-                return
+        if decision.kind == ADOPT:
+            # The controller wrote the state znode under this leader, at this epoch: take its ISR and
+            # version, so the next change is made against them rather than failing forever.
+            self._set_isr(p, decision.isr, decision.zk_version)
+            log.info("%s-%d: ISR update to %s lost to a newer write; took ISR %s at zk_version %d", p.topic,
+                     p.partition, list(new_isr), list(decision.isr), decision.zk_version,
+                     extra=event("isr_update_fenced", *p.tp))
+            return
+        if decision.kind == DEPOSED:
             log.info("%s-%d: ISR update to %s refused (zk_version %d is stale): this leader was deposed",
                      p.topic, p.partition, list(new_isr), expected_version, extra=event("isr_update_fenced", *p.tp))
             return
@@ -715,8 +710,8 @@ class ReplicaManager:
         else:
             self.isr_shrinks += 1
         log.info("%s-%d: ISR %s -> %s at zk_version %d (%s)", p.topic, p.partition, list(p.isr), list(new_isr),
-                 version, reason, extra=event("isr_expand" if grew else "isr_shrink", *p.tp))
-        self._set_isr(p, new_isr, version)
+                 decision.zk_version, reason, extra=event("isr_expand" if grew else "isr_shrink", *p.tp))
+        self._set_isr(p, new_isr, decision.zk_version)
         try:
             await asyncio.to_thread(self.zk.create_isr_change_notification, [TopicPartitionId(p.topic, p.partition)])
         except Exception as e:

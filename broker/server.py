@@ -47,6 +47,7 @@ from broker.metadata_cache import MetadataCache
 from broker.observability import BrokerMetrics, EventBuffer
 from broker.replica_fetch_socket import ReplicaFetchListener
 from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
+from broker.replication.control import fence_control_request, needs_lookup
 from broker.request_guard import ByteBudget, error_response, judge_names
 from broker.security.authorizer import TOPIC
 from broker.security.gatekeeper import Gatekeeper, ListenerRole
@@ -716,21 +717,20 @@ class BrokerControlServicer(pb_grpc.BrokerControlServicer):
         if ctx.broker_id != request.controller_id:
             log.warning("%s from %s claims controller %d: refused", api, ctx.principal, request.controller_id)
             return E.CLUSTER_AUTHORIZATION_FAILED
-        # A higher epoch than ours is this very registration when ZooKeeper says so: the controller
-        # saw our znode before our create's reply reached us (or the reply was lost and the retry
-        # is still running). Refusing it lost that LeaderAndIsr for good (found by simulation,
-        # issue 14). Anything else is for another incarnation of this broker.
-        if request.broker_epoch != self.s.broker_epoch and (
-                request.broker_epoch < self.s.broker_epoch
-                or request.broker_epoch != await asyncio.to_thread(self.s.zk.own_broker_epoch, self.s.broker_id)):
-            return E.STALE_BROKER_EPOCH
-        if request.controller_epoch > self.s.replica_manager.controller_epoch:
-            current = await asyncio.to_thread(self.s.zk.get_controller_epoch)
-            if current is None or request.controller_epoch > current[0]:
-                log.warning("%s claims controller epoch %d beyond ZooKeeper's %s: refused", api,
-                            request.controller_epoch, current[0] if current else None)
-                return E.STALE_CONTROLLER_EPOCH
-        return E.NONE
+        # The broker and controller epochs (broker.replication.control, which the simulation runs
+        # too); ZooKeeper is read, on a thread, only when a request's epoch is above what we know.
+        zk, broker_id = self.s.zk, self.s.broker_id
+        args = (request.broker_epoch, self.s.broker_epoch, lambda: zk.own_broker_epoch(broker_id),
+                request.controller_epoch, self.s.replica_manager.controller_epoch,
+                lambda: (lambda c: None if c is None else c[0])(zk.get_controller_epoch()))
+        if needs_lookup(request.broker_epoch, self.s.broker_epoch, request.controller_epoch,
+                        self.s.replica_manager.controller_epoch):
+            code = await asyncio.to_thread(fence_control_request, *args)
+        else:
+            code = fence_control_request(*args)
+        if code == E.STALE_CONTROLLER_EPOCH:
+            log.warning("%s claims controller epoch %d beyond ZooKeeper's: refused", api, request.controller_epoch)
+        return code
 
     async def LeaderAndIsr(self, request: pb.LeaderAndIsrRequest, context: Any) -> pb.LeaderAndIsrResponse:
         code = await self._admit("LeaderAndIsr", request, context)

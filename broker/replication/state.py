@@ -196,14 +196,6 @@ def delayed_produce_outcome(state: LeaderState | None, local_high_watermark: int
     return NOT_ENOUGH_REPLICAS_AFTER_APPEND if decision.not_enough_replicas else ACK
 
 
-def adopt_after_isr_conflict(local_id: int, leader_epoch: int, current_leader: int, current_leader_epoch: int) -> bool:
-    """A leader's conditional ISR write lost to another writer. Adopt what ZooKeeper now holds (its
-    ISR and zk_version) when it still names this leader at this epoch - the controller changed the
-    ISR under it - so the next change is made against them; otherwise the leader was deposed and
-    a LeaderAndIsr is on its way (Kafka's checkLeaderAndIsrZkData, KAFKA-2729)."""
-    return current_leader == local_id and current_leader_epoch == leader_epoch
-
-
 def follower_high_watermark(log_end_offset: int, leader_high_watermark: int) -> int:
     """S3.5."""
     return min(log_end_offset, leader_high_watermark)

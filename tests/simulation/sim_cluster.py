@@ -36,6 +36,15 @@ from kazoo.retry import RetryFailedError
 from sim_zk import SimKazooClient, SimZooKeeper
 
 from broker.log.epoch_cache import LeaderEpochCache
+from broker.replication.control import (
+    ADOPT,
+    APPLIED,
+    IGNORE,
+    accept_controller_epoch,
+    decide_after_isr_write,
+    fence_control_request,
+    write_isr,
+)
 from broker.replication.state import (
     ACK,
     NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -43,7 +52,6 @@ from broker.replication.state import (
     TIMED_OUT,
     WAIT,
     LeaderState,
-    adopt_after_isr_conflict,
     delayed_produce_outcome,
     follower_high_watermark,
     truncation_offset,
@@ -55,7 +63,6 @@ from proto.zk_data import (
     NO_LEADER,
     BrokerRegistration,
     Endpoint,
-    LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
     TopicPartitionId,
     TopicPartitionStateZNode,
@@ -337,17 +344,21 @@ class SimBroker:
         raise AssertionError(msg.kind)
 
     def _fence(self, req: Any) -> int:
-        """BrokerControlServicer._admit: the broker epoch (a higher one only if ZooKeeper says it is
-        this registration) and the controller epoch."""
-        if req.broker_epoch != self.epoch:
-            assert self.gw is not None
-            try:
-                own = self.gw.own_broker_epoch(self.id)
-            except (KazooException, RetryFailedError):
-                own = None
-            if req.broker_epoch < self.epoch or req.broker_epoch != own:
-                return E.STALE_BROKER_EPOCH
-        if req.controller_epoch < self.controller_epoch:
+        """BrokerControlServicer._admit's epoch checks, then ReplicaManager's controller epoch: the
+        broker's own functions (broker.replication.control)."""
+        gw = self.gw
+        assert gw is not None
+
+        def zk_controller_epoch() -> int | None:
+            current = gw.get_controller_epoch()
+            return None if current is None else current[0]
+
+        # A ZooKeeper failure in a lookup propagates, as in the broker (see _deliver).
+        code = fence_control_request(req.broker_epoch, self.epoch, lambda: gw.own_broker_epoch(self.id),
+                                     req.controller_epoch, self.controller_epoch, zk_controller_epoch)
+        if code != E.NONE:
+            return code
+        if not accept_controller_epoch(req.controller_epoch, self.controller_epoch):
             return E.STALE_CONTROLLER_EPOCH
         self.controller_epoch = req.controller_epoch
         return E.NONE
@@ -458,27 +469,23 @@ class SimBroker:
                 self.persist_isr(r, change.new_isr, change.expected_zk_version)
 
     def persist_isr(self, r: Replica, new_isr: tuple[int, ...], expected: int) -> None:
-        """ReplicaManager._persist_isr: the gateway's conditional write, then the same decisions."""
+        """ReplicaManager._persist_isr: the broker's write and decision (broker.replication.control)."""
         assert self.gw is not None and r.state is not None
-        state = LeaderIsrAndControllerEpoch(LeaderAndIsr(self.id, r.leader_epoch, new_isr, expected),
-                                            r.controller_epoch)
+        epoch = r.leader_epoch
         try:
-            version = self.gw.update_partition_state(r.tp[0], r.tp[1], state, expected)
+            result = write_isr(self.gw, r.tp[0], r.tp[1], self.id, epoch, r.controller_epoch, new_isr, expected)
         except (KazooException, RetryFailedError):
             r.state.on_isr_write_failed()
             return
-        if version is None:
-            r.state.on_isr_write_failed()
-            try:
-                current = self.gw.get_partition_state(*r.tp)
-            except (KazooException, RetryFailedError):
-                return
-            if current is not None and adopt_after_isr_conflict(self.id, r.leader_epoch,
-                                                                 current.leader_and_isr.leader,
-                                                                 current.leader_and_isr.leader_epoch):
-                self._set_isr(r, current.leader_and_isr.isr, current.leader_and_isr.zk_version)
+        decision = decide_after_isr_write(self.id, epoch, r.state is not None, r.leader_epoch, new_isr, result)
+        if decision.kind == IGNORE:
             return
-        self._set_isr(r, new_isr, version)
+        if decision.kind != APPLIED:
+            r.state.on_isr_write_failed()
+            if decision.kind == ADOPT:
+                self._set_isr(r, decision.isr, decision.zk_version)
+            return
+        self._set_isr(r, new_isr, decision.zk_version)
         try:
             self.gw.create_isr_change_notification([TopicPartitionId(*r.tp)])
         except (KazooException, RetryFailedError):
@@ -668,7 +675,13 @@ class Simulation:
                 self.net.inflight.append(msg)  # the controller's sender retries until the broker is removed
             return
         self.net.inflight.pop(i)
-        resp = dst.handle(msg)
+        try:
+            resp = dst.handle(msg)
+        except (KazooException, RetryFailedError):
+            # The broker's fence could not read ZooKeeper: its servicer fails the call (nothing
+            # answered) and the controller's sender retries it, as over a broken connection.
+            self.net.inflight.append(msg)
+            return
         if msg.reply is not None and src is not None and src.up:
             msg.reply(resp)
 

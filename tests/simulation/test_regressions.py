@@ -23,6 +23,7 @@ from sim_cluster import InvariantViolation, SimConfig, config_for, run_seed
 import controller.controller as controller_module
 import controller.partition_state_machine as psm
 import controller.reassignment as reassignment
+from broker.replication import control
 from proto.zk_client import KafkaZkClient
 
 
@@ -43,7 +44,7 @@ def test_item1_acks_all_below_min_isr(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_item2_stuck_isr_after_a_lost_reply(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(KafkaZkClient, "update_partition_state", legacy.update_partition_state)
-    monkeypatch.setattr(sim_cluster, "adopt_after_isr_conflict", legacy.adopt_after_isr_conflict)
+    monkeypatch.setattr(control, "adopt_after_isr_conflict", legacy.adopt_after_isr_conflict)
     _seed, what = first_violation(range(200))
     assert "did not settle" in what or "ISR" in what or "lost" in what
 
