@@ -42,7 +42,10 @@ from proto import minikafka_pb2 as pb
 from proto.zk_client import is_zookeeper_unavailable
 
 if TYPE_CHECKING:
-    from broker.server import KafkaServer
+    from broker.admin import AdminManager
+    from broker.group_apis import GroupApis
+    from broker.observability import RequestMetrics
+    from broker.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
@@ -52,17 +55,16 @@ Handler = Callable[[Any, RequestContext], Awaitable[Any]]
 
 
 class KafkaApis:
-    def __init__(self, server: KafkaServer) -> None:
-        s = server
-        rm, admin, groups = s.replica_manager, s.admin, s.group_apis
-        self.metrics = s.metrics.requests
+    def __init__(self, rm: ReplicaManager, admin: AdminManager, groups: GroupApis, metrics: RequestMetrics,
+                 handle_metadata: Handler, handle_describe_replicas: Callable[[Any, RequestContext], Any]) -> None:
+        self.metrics = metrics
         # API name -> (its latency histogram's observe, its request counter's inc): prometheus_client's
         # labels() takes a lock and builds the label key on every call, twice per request.
         self._per_api: dict[str, tuple[Callable[[float], None], Callable[[], None]]] = {}
         self._append_produce = rm.append_produce
         # API name (as in metrics and error_response) -> handler of the protobuf request.
         self.handlers: dict[str, Handler] = {
-            "Metadata": s.handle_metadata,
+            "Metadata": handle_metadata,
             "Produce": rm.handle_produce,
             "Fetch": rm.handle_fetch,
             "FollowerFetch": rm.handle_fetch,
@@ -73,7 +75,7 @@ class KafkaApis:
             "DescribeConfigs": admin.describe_configs,
             "AlterConfigs": admin.alter_configs,
             "InitProducerId": admin.init_producer_id,
-            "DescribeReplicas": _sync(s.handle_describe_replicas),
+            "DescribeReplicas": _sync(handle_describe_replicas),
             "ElectLeaders": admin.elect_leaders,
             "AlterPartitionReassignments": admin.alter_partition_reassignments,
             "ListPartitionReassignments": admin.list_partition_reassignments,

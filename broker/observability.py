@@ -22,14 +22,11 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-
-if TYPE_CHECKING:
-    from broker.server import KafkaServer
 
 
 def event(kind: str, topic: str = "", partition: int = -1, **fields: Any) -> dict[str, Any]:
@@ -98,9 +95,10 @@ class RequestMetrics:
 
 
 class BrokerCollector(Collector):
-    """Gauges computed from the broker's state at scrape time."""
+    """Gauges computed from the broker's state at scrape time: ``server`` is the broker
+    (broker.server.KafkaServer), read by attribute and only as far as it is built."""
 
-    def __init__(self, server: KafkaServer) -> None:
+    def __init__(self, server: object) -> None:
         self.server = server
 
     def collect(self) -> Iterator[Any]:
@@ -186,7 +184,7 @@ class BrokerCollector(Collector):
 
 
 class BrokerMetrics:
-    def __init__(self, server: KafkaServer) -> None:
+    def __init__(self, server: object) -> None:
         self.registry = CollectorRegistry()
         self.requests = RequestMetrics(self.registry)
         self.registry.register(BrokerCollector(server))

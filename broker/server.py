@@ -144,7 +144,8 @@ class KafkaServer:
                                     lambda t, p: self.metadata.partition(t, p) is not None)
         self.metrics = BrokerMetrics(self)
         # The one request-handling layer behind every listener, gRPC or Kafka protocol.
-        self.apis = KafkaApis(self)
+        self.apis = KafkaApis(self.replica_manager, self.admin, self.group_apis, self.metrics.requests,
+                              self.handle_metadata, self.handle_describe_replicas)
 
     def _live_broker_ids(self) -> list[int]:
         # Before the controller's first UpdateMetadata this broker knows only itself: no answer
