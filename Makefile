@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 PYTEST_ARGS ?=
 
-.PHONY: setup venv proto codec system-packages lint typecheck test unit integration fuzz quickstart chaos bench clean
+.PHONY: setup venv proto codec system-packages lint typecheck test unit integration fuzz quickstart chaos bench bench-scale clean
 
 setup: venv proto codec system-packages
 
@@ -76,6 +76,16 @@ bench: setup
 	$(PY) bench/replication_bench.py --records $(BENCH_RECORDS) --bulk --rate 20000 --rate-linger-ms 0
 	$(PY) bench/consume_bench.py --records $(BENCH_RECORDS)
 	$(PY) bench/spark_read_bench.py
+
+# Issue 29: what partitions cost - spread and hot produce (librdkafka acks=all), idle CPU, create time,
+# RSS and open files at ~50 and at SCALE_PARTITIONS partitions in one run (several minutes at 3,000).
+# SCALE_ARGS=--failover adds controlled shutdown and controller SIGKILL; quick smoke run:
+# make bench-scale SCALE_PARTITIONS=300 SCALE_RECORDS=20000
+SCALE_PARTITIONS ?= 3000
+SCALE_RECORDS ?= 200000
+SCALE_ARGS ?=
+bench-scale: setup
+	$(PY) bench/partition_scale_bench.py --partitions $(SCALE_PARTITIONS) --records $(SCALE_RECORDS) $(SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
