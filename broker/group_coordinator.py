@@ -95,7 +95,7 @@ from broker.group_state import (
 )
 from proto import errors
 from proto.names import validate_group_id
-from proto.zk_client import KafkaZkClient
+from proto.zk_client import KafkaZkClient, PartialCommitError
 from proto.zk_data import ConsumersZNode, GroupLease
 
 log = logging.getLogger(__name__)
@@ -456,6 +456,8 @@ class GroupCoordinator:
                 return {tp: NOT_COORDINATOR for tp in offsets}
             except Exception as e:
                 log.warning("group %s: commit of %d offsets failed: %s", group_id, len(accepted), e)
+                if isinstance(e, PartialCommitError):
+                    self._unload(group_id)  # part of it is in ZooKeeper: reload rather than guess
                 return {tp: (COORDINATOR_NOT_AVAILABLE if tp in accepted else c) for tp, c in result.items()}
             # Written under the lease: durable, and the answer is NONE. The cache learns it only if
             # it is still this claim's (else whoever loads the group next reads it from ZooKeeper).

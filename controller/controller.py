@@ -13,6 +13,9 @@ watchers, timers and RPC handlers only enqueue. ``process(event)`` handles one e
                  |                      reassignment, controlled_shutdown)
                  v
     commit_guarded(plan.writes)         one multi-op, only if /controller_epoch is still ours
+                                        (several, in order, each guarded, above 512 KiB: a
+                                        conflict after the first raises PartialCommitError,
+                                        which resigns like any failure)
          |              |
       applied        conflict --> refresh what conflicted, run the handler again (bounded)
          v

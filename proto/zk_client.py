@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -114,6 +114,34 @@ class _BelowError(logging.Filter):
 
 class ControllerMovedError(KafkaError):
     """Someone else became controller while this one was writing."""
+
+
+# ZooKeeper refuses a request larger than its jute.maxbuffer (1 MiB by default) by dropping the
+# connection ("Len error"): a controller event writing the state of ~2,800 partitions at once then
+# failed, resigned and failed again on every re-election, forever. A commit larger than this goes
+# as several multis, in order, each guarded (as Kafka 2.x writes partition states in pipelined
+# requests, each with its own controller epoch check).
+MAX_MULTI_BYTES: Final = 512 * 1024
+
+
+class PartialCommitError(KafkaError):
+    """A commit too large for one multi was applied only in part (a later multi conflicted). The
+    caller must not run on: the controller resigns and reloads; the group coordinator reloads."""
+
+
+def multi_chunks(writes: Sequence[ZkWrite], limit: int) -> list[list[ZkWrite]]:
+    """``writes`` in order, cut into runs of at most ``limit`` request bytes (a run holds at least
+    one write: a single write larger than the limit is ZooKeeper's to refuse)."""
+    chunks: list[list[ZkWrite]] = [[]]
+    size = 0
+    for w in writes:
+        n = len(w.path.encode()) + len(w.data) + 64  # op header, version, ACL reference
+        if chunks[-1] and size + n > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(w)
+        size += n
+    return chunks
 
 
 @dataclass(frozen=True)
@@ -385,6 +413,17 @@ class KafkaZkClient:
         by re-reading: every written path as written means applied."""
         if not writes:
             return CommitResult(True)
+        chunks = multi_chunks(writes, MAX_MULTI_BYTES)
+        for i, chunk in enumerate(chunks):
+            result = self._commit_multi(epoch_zk_version, chunk, guard)
+            if not result.applied:
+                if i == 0:
+                    return result  # nothing applied: the caller refreshes and plans again
+                raise PartialCommitError(f"{i} of {len(chunks)} multis applied before a conflict on "
+                                         f"{sorted(result.current)[:3]}")
+        return CommitResult(True)
+
+    def _commit_multi(self, epoch_zk_version: int, writes: Sequence[ZkWrite], guard: str) -> CommitResult:
         attempts = 0
         while True:
             attempts += 1
@@ -935,7 +974,9 @@ class KafkaZkClient:
             if result.applied:
                 return
             for (t, p) in offsets:
-                exists[(t, p)] = result.current.get(ConsumersZNode.offset(group, t, p)) is not None
+                path = ConsumersZNode.offset(group, t, p)
+                if path in result.current:  # what the conflict read back (only its own multi's paths)
+                    exists[(t, p)] = result.current[path] is not None
         raise KazooException(f"group {group}: offsets could not be written (znodes kept changing)")
 
     def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:

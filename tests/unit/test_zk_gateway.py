@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from kazoo.exceptions import SessionExpiredError
 
+from proto import errors
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulation"))
 from sim_zk import SimKazooClient, SimZooKeeper, fault_once
 
@@ -272,3 +274,39 @@ def test_committed_offsets_round_trip_lost_reply_and_garbage() -> None:
     assert gw.list_groups() == ["g"]
     gw.commit_offset("g", "t", 1, 7)
     assert gw.get_group_offsets("g") == {("t", 1): 7}  # the unreadable offset is skipped
+
+
+# ---------------------------------------------------------------- commits too large for one multi
+
+
+def test_a_commit_larger_than_one_multi_goes_in_guarded_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ZooKeeper drops the connection of a request over jute.maxbuffer: a controller event writing
+    thousands of partition states looped forever (resign, re-elect, the same multi). Now it goes as
+    several multis, each guarded by the epoch check."""
+    import proto.zk_client as zk_client
+    from proto.zk_client import PartialCommitError, ZkWrite, multi_chunks
+
+    monkeypatch.setattr(zk_client, "MAX_MULTI_BYTES", 400)
+    server = SimZooKeeper()
+    gw, client = gateway(server)
+    client.create("/epoch", b"1")
+    writes = [ZkWrite("create", f"/big/{i:03d}", b"x" * 50) for i in range(20)]
+    assert len(multi_chunks(writes, 400)) > 3
+    client.create("/big", b"")
+    assert gw.commit_guarded(0, writes, guard="/epoch").applied
+    assert sorted(client.get_children("/big")) == [f"{i:03d}" for i in range(20)]
+    # A conflict in the first multi: nothing applied, the caller refreshes and plans again.
+    first_conflict = [ZkWrite("create", "/big/000", b"y"), *[ZkWrite("create", f"/big/n{i}", b"y" * 50)
+                                                            for i in range(10)]]
+    result = gw.commit_guarded(0, first_conflict, guard="/epoch")
+    assert not result.applied and not client.exists("/big/n0")
+    # A conflict in a later one: the first multis stay applied, and the caller is told not to run on.
+    later_conflict = [*[ZkWrite("create", f"/big/m{i}", b"y" * 50) for i in range(10)],
+                      ZkWrite("create", "/big/000", b"y")]
+    with pytest.raises(PartialCommitError):
+        gw.commit_guarded(0, later_conflict, guard="/epoch")
+    assert client.exists("/big/m0")
+    # The epoch moved: no chunk is applied.
+    client.set("/epoch", b"2")
+    with pytest.raises(errors.NotCoordinatorError):
+        gw.commit_guarded(0, [ZkWrite("create", "/big/z", b"")], guard="/epoch")
