@@ -525,17 +525,29 @@ def cmd_leader_election(args: argparse.Namespace) -> int:
             tps = [TopicPartition(t, p) for t in admin.list_topics() for p in admin.view.partitions_of(t)]
         elif args.topic:
             admin.view.refresh([args.topic])
-            parts = [args.partition] if args.partition is not None else admin.view.partitions_of(args.topic)
+            known = admin.view.partitions_of(args.topic)
+            # An empty list asks the controller for *every* partition (ElectLeaders' null): a typo
+            # must be refused here, never widened into a cluster-wide election.
+            if not known:
+                raise errors.UnknownTopicOrPartitionError(f"topic {args.topic!r} does not exist")
+            if args.partition is not None and args.partition not in known:
+                raise errors.UnknownTopicOrPartitionError(f"topic {args.topic!r} has no partition {args.partition}")
+            parts = [args.partition] if args.partition is not None else known
             tps = [TopicPartition(args.topic, p) for p in parts]
         else:
             raise errors.InvalidRequestError("give --topic [--partition] or --all-topic-partitions")
+        if not tps:
+            _print(args, {"elected": [], "not_elected": {}}, "No partitions: nothing to elect.")
+            return 0
         results = admin.elect_preferred_leaders(tps)
         elected = sorted(tp for tp, code in results.items() if code == "NONE")
         rest = {f"{tp.topic}-{tp.partition}": code for tp, code in sorted(results.items()) if code != "NONE"}
         _print(args, {"elected": [list(tp) for tp in elected], "not_elected": rest},
                f"Successfully completed leader election for {len(elected)} partitions."
                + "".join(f"\n{name}: {code}" for name, code in rest.items()))
-    return 0
+    # As kafka-leader-election: a partition whose election failed fails the command; one whose
+    # preferred leader already leads (ELECTION_NOT_NEEDED) does not.
+    return 1 if any(code != "ELECTION_NOT_NEEDED" for code in rest.values()) else 0
 
 
 def _read(path: Path | None, flag: str) -> str:

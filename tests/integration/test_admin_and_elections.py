@@ -102,3 +102,41 @@ def test_session_expiry_re_registers_and_rejoins(cluster) -> None:  # type: igno
     conn, _ = view.leader_connection("exp", 0)
     assert produce(conn, "exp", 0, batch_of(["after"])).error_code == E.NONE
     wait_for(lambda: follower in isr_of(view, "exp", 0), timeout_s=20, what="the follower back in the ISR")
+
+
+def test_cli_leader_election_refuses_unknown_names_and_reports_failures(cluster) -> None:  # type: ignore[no-untyped-def]
+    """Issue 33 item 1: a typo in --topic printed "Successfully completed leader election for 5
+    partitions", exit 0, and moved the leaders of *other* topics (an empty partition list is the
+    API's "every partition"). Now it is refused and nothing moves; failures exit 1."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    c = cluster.start(3)
+    view = cluster.view()
+    assert create_topic(view, "elect", partitions=2, replication_factor=3).error_code == E.NONE
+    wait_for(lambda: all(len(isr_of(view, "elect", p)) == 3 for p in range(2)), what="full ISRs")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "client.cli", "leader-election",
+                               "--bootstrap-server", c.state.bootstrap_servers, *args], cwd=root, capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(root)})
+
+    # Move a leader away from its preferred replica, so that a cluster-wide election would move it back.
+    preferred = [leader_of(view, "elect", p)[0] for p in range(2)]
+    c.signal(preferred[0], "KILL")
+    wait_for(lambda: leader_of(view, "elect", 0)[0] not in (-1, preferred[0]), what="a new leader of elect-0")
+    c.start(preferred[0])
+    wait_for(lambda: preferred[0] in isr_of(view, "elect", 0), timeout_s=30, what="the preferred replica back")
+    moved = leader_of(view, "elect", 0)[0]
+
+    typo = cli("--topic", "nosuch-topic")
+    assert typo.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in typo.stderr + typo.stdout, typo
+    bad_partition = cli("--topic", "elect", "--partition", "7")
+    assert bad_partition.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in bad_partition.stderr + bad_partition.stdout
+    assert leader_of(view, "elect", 0)[0] == moved          # nothing moved
+    ok = cli("--topic", "elect", "--partition", "0")
+    assert ok.returncode == 0, ok
+    wait_for(lambda: leader_of(view, "elect", 0)[0] == preferred[0], what="the preferred leader elected")
