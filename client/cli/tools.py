@@ -330,6 +330,12 @@ def cmd_topics(args: argparse.Namespace) -> int:
             admin.delete_topics([args.topic])
             _print(args, {"deleted": args.topic}, f"Topic {args.topic} is deleted.")
         elif args.alter:
+            # Adding partitions (CreatePartitions) does not exist yet: refused, never a silent no-op.
+            if args.partitions != -1:
+                raise errors.InvalidRequestError("--alter --partitions is not supported yet (no CreatePartitions): "
+                                                 "the topic keeps its partitions")
+            if not args.config and not args.delete_config:
+                raise errors.InvalidRequestError("--alter needs --config KEY=VALUE or --delete-config KEY")
             admin.alter_topic_configs(args.topic, _configs(args.config), args.delete_config)
             _print(args, {"altered": args.topic}, f"Updated config for topic {args.topic}.")
         else:
@@ -617,8 +623,22 @@ def cmd_perf_produce(args: argparse.Namespace) -> int:
         def record_latency(t0: float) -> Any:
             return lambda _f: latencies.append(perf() - t0)
 
+        # Kafka's perf tool counts a record when its acknowledgement arrives: a failed send (too
+        # large, not authorized, timed out) is an error, never a record sent.
+        failures: list[BaseException] = []
+
+        def on_done(f: Any) -> None:
+            e = f.exception()
+            if e is not None:
+                failures.append(e)
+
         for i in range(args.num_records):
-            fut = producer.send(args.topic, value)
+            try:
+                fut = producer.send(args.topic, value)
+            except errors.KafkaError as e:
+                failures.append(e)
+                continue
+            fut.add_done_callback(on_done)
             if i % 10 == 0:
                 fut.add_done_callback(record_latency(perf()))
             if args.throughput > 0:
@@ -630,21 +650,24 @@ def cmd_perf_produce(args: argparse.Namespace) -> int:
         producer.flush()
         elapsed = perf() - start
     progress.done()
+    acked = args.num_records - len(failures)
+    if failures:
+        print(f"{len(failures)} of {args.num_records} records failed: {failures[0]}", file=sys.stderr)
     lat = sorted(x * 1000 for x in latencies) or [0.0]
 
     def pct(q: float) -> float:
         return lat[min(len(lat) - 1, int(len(lat) * q))]
 
-    summary = {"records": args.num_records, "records_per_sec": args.num_records / elapsed,
-               "mb_per_sec": args.num_records * args.record_size / elapsed / (1024 * 1024),
+    summary = {"records": acked, "failed": len(failures), "records_per_sec": acked / elapsed,
+               "mb_per_sec": acked * args.record_size / elapsed / (1024 * 1024),
                "avg_latency_ms": sum(lat) / len(lat), "max_latency_ms": lat[-1], "p50_ms": pct(0.5),
                "p95_ms": pct(0.95), "p99_ms": pct(0.99), "p999_ms": pct(0.999)}
     _print(args, summary,
-           f"{args.num_records} records sent, {summary['records_per_sec']:.1f} records/sec "
+           f"{acked} records sent, {summary['records_per_sec']:.1f} records/sec "
            f"({summary['mb_per_sec']:.2f} MB/sec), {summary['avg_latency_ms']:.2f} ms avg latency, "
            f"{summary['max_latency_ms']:.2f} ms max latency, {summary['p50_ms']:.0f} ms 50th, "
            f"{summary['p95_ms']:.0f} ms 95th, {summary['p99_ms']:.0f} ms 99th, {summary['p999_ms']:.0f} ms 99.9th.")
-    return 0
+    return 1 if failures else 0
 
 
 def cmd_perf_consume(args: argparse.Namespace) -> int:
