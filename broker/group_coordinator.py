@@ -436,7 +436,7 @@ class GroupCoordinator:
         result: dict[tuple[str, int], int] = {}
         accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
         adding = 0
-        stored = self.core.stored_partitions(group_id)
+        stored = self.core.stored_partitions(group_id, offsets)
         for tp, om in offsets.items():
             verdict = self.core.check_commit_entry(group_id, tp, om.offset, om.metadata, adding)
             result[tp] = verdict
@@ -450,7 +450,8 @@ class GroupCoordinator:
             if lease is None or not self.core.is_loaded(group_id):
                 return {tp: NOT_COORDINATOR for tp in offsets}
             try:
-                await self.offload(self.ownership.commit, lease, accepted, self.core.stored_partitions(group_id))
+                await self.offload(self.ownership.commit, lease, accepted,
+                                   self.core.stored_partitions(group_id, accepted))
             except errors.NotCoordinatorError:
                 self._fenced(group_id, lease)
                 return {tp: NOT_COORDINATOR for tp in offsets}

@@ -46,6 +46,7 @@ Error codes are Kafka's (proto/errors.py): ``NONE`` = 0.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -476,10 +477,11 @@ class GroupStateMachine:
             return errors.InvalidCommitOffsetSizeError.code
         return NONE
 
-    def stored_partitions(self, group_id: str) -> set[tuple[str, int]]:
-        """Partitions with a committed offset in storage (the shell updates those, creates others)."""
+    def stored_partitions(self, group_id: str, among: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Which of ``among`` have a committed offset in storage (the shell updates those, creates
+        the others): work in the partitions a commit names, not in all the group holds."""
         g = self.groups.get(group_id)
-        return set() if g is None else set(g.offsets)
+        return set() if g is None else {tp for tp in among if tp in g.offsets}
 
     def fetch_offsets(self, group_id: str,
                       partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], OffsetAndMetadata]:

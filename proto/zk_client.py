@@ -849,24 +849,8 @@ class KafkaZkClient:
         return ConsumersZNode.decode_offset(data)
 
     def get_group_offsets(self, group: str) -> dict[tuple[str, int], int]:
-        """Every committed offset of ``group`` (a new coordinator loads them; unreadable ones skipped)."""
-        out: dict[tuple[str, int], int] = {}
-        try:
-            topics = self._r(self.zk.get_children, ConsumersZNode.offsets(group))
-        except NoNodeError:
-            return out
-        for topic in topics:
-            try:
-                parts = self._r(self.zk.get_children, ConsumersZNode.offsets_topic(group, topic))
-            except NoNodeError:
-                continue
-            for part in parts:
-                if not part.isdigit():
-                    continue
-                offset = self.get_committed_offset(group, topic, int(part))
-                if offset is not None:
-                    out[(topic, int(part))] = offset
-        return out
+        """Every committed offset of ``group`` (unreadable ones skipped)."""
+        return {tp: offset for tp, (offset, _m) in self.get_group_offsets_and_metadata(group).items()}
 
     def get_group_offsets_and_metadata(self, group: str) -> dict[tuple[str, int], tuple[int, str]]:
         """Every committed (offset, metadata) of ``group``; unreadable ones skipped."""
