@@ -11,6 +11,16 @@ without restarting the others.
 The fetcher owns the network loop and the policy (when to ask, where to cut);
 every truncation and every append it decides on is made by the partition's
 ``broker.replication.partition.Partition``, the only owner of the log.
+
+Fetch sessions (KIP-227, SPEC S15): the first fetch to a leader is full (it
+names every partition and opens a session); later ones are incremental: they
+name only partitions whose fetch state (log end, log start, leader epoch)
+changed since the leader last heard it, and forget those that stopped
+fetching (truncating, backing off, removed). The leader answers only
+partitions that moved. What changed is tracked as it changes (``_changed``),
+so an idle fetcher's loop does no work per followed partition. Any failure -
+a lost answer, FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH -
+makes the next fetch full again.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import grpc
 from broker.observability import event
 from broker.replica_fetch_socket import ReplicaFetchConnection, ReplicaFetchUnreachable
 from broker.replica_manager import FetcherManagerProtocol, ReplicaManager, now_ms
+from broker.replication.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from broker.replication.partition import Partition
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
@@ -66,6 +77,17 @@ class ReplicaFetcher:
         self.leader = leader
         self.broker_epoch = broker_epoch
         self.states: dict[TopicPartition, FetchState] = {}
+        # Indexes kept as states change, so that no loop walks every followed partition.
+        self._truncating: set[TopicPartition] = set()
+        self._delayed: dict[TopicPartition, int] = {}
+        self._changed: set[TopicPartition] = set()
+        # The fetch session with this leader: its id, the epoch of the next fetch (INITIAL_EPOCH:
+        # full), and what the leader's session holds for each partition (log end, log start, epoch).
+        self._session_id = INVALID_SESSION_ID
+        self._session_epoch = INITIAL_EPOCH
+        self._sent: dict[TopicPartition, tuple[int, int, int]] = {}
+        self.full_fetches = 0
+        self.incremental_fetches = 0
         self._wake = asyncio.Event()
         # The leader's inter-broker listener, mutual TLS with this broker's certificate (S12.1).
         self._channel = security.aio_channel(f"{leader.host}:{leader.port}", options=CHANNEL_OPTIONS)
@@ -145,10 +167,32 @@ class ReplicaFetcher:
 
     def add(self, p: Partition) -> None:
         self.states[p.tp] = FetchState(p, p.leader_epoch)
+        self._truncating.add(p.tp)
+        self._delayed.pop(p.tp, None)
+        self._changed.add(p.tp)
         self._wake.set()
 
     def remove(self, tp: TopicPartition) -> None:
-        self.states.pop(tp, None)
+        if self.states.pop(tp, None) is not None:
+            self._truncating.discard(tp)
+            self._delayed.pop(tp, None)
+            self._changed.add(tp)
+
+    def _truncate_again(self, tp: TopicPartition, st: FetchState) -> None:
+        st.truncating = True
+        st.rounds = 0
+        self._truncating.add(tp)
+        self._changed.add(tp)
+
+    def _delay(self, tp: TopicPartition, st: FetchState) -> None:
+        st.delayed_until_ms = now_ms() + self.settings.backoff_ms
+        self._delayed[tp] = st.delayed_until_ms
+        self._changed.add(tp)
+
+    def _reset_session(self) -> None:
+        """The leader's session state is unknown (or gone): the next fetch is a full one."""
+        self._session_epoch = INITIAL_EPOCH
+        self._sent.clear()
 
     def _valid(self, tp: TopicPartition, st: FetchState) -> bool:
         """The partition is still ours to fetch: same leader epoch, still a follower."""
@@ -177,7 +221,11 @@ class ReplicaFetcher:
                 await asyncio.sleep(self.settings.backoff_ms / 1000.0)
 
     async def _maybe_truncate(self) -> None:
-        pending = {tp: s for tp, s in self.states.items() if s.truncating}
+        if not self._truncating:
+            return
+        now = now_ms()
+        pending = {tp: s for tp in self._truncating if (s := self.states.get(tp)) is not None
+                   and s.delayed_until_ms <= now}
         if not pending:
             return
         req = pb.OffsetsForLeaderEpochRequest(replica_id=self.settings.broker_id)
@@ -196,6 +244,7 @@ class ReplicaFetcher:
                 if r.error_code != E.NONE:
                     # The leader does not know it leads yet (or has moved on): try again shortly.
                     st.delayed_until_ms = now_ms() + self.settings.backoff_ms
+                    self._delayed[tp] = st.delayed_until_ms
                     continue
                 p = st.partition
                 decision = p.follower_truncation_offset(r.leader_epoch, r.end_offset)
@@ -210,30 +259,88 @@ class ReplicaFetcher:
                     p.truncate_epochs_from_end(decision.offset)  # checkpointed (issue 14 item 8)
                 if decision.completed or st.rounds >= MAX_TRUNCATION_ROUNDS:
                     st.truncating = False
+                    self._truncating.discard(tp)
+                    self._changed.add(tp)
+
+    @staticmethod
+    def _fetch_key(s: FetchState) -> tuple[int, int, int]:
+        return s.partition.log_end_offset, s.partition.log_start_offset, s.leader_epoch
+
+    def _named_and_forgotten(self, t: int) -> tuple[dict[TopicPartition, FetchState], list[TopicPartition], bool]:
+        """The partitions the next fetch names and forgets, and whether it is a full fetch."""
+        for tp, until in list(self._delayed.items()):
+            if until <= t:
+                del self._delayed[tp]
+                self._changed.add(tp)
+        full = self._session_epoch == INITIAL_EPOCH
+        named: dict[TopicPartition, FetchState] = {}
+        forgotten: list[TopicPartition] = []
+        if full:
+            self._sent.clear()
+            candidates: Any = self.states
+        else:
+            candidates = self._changed
+        for tp in candidates:
+            s = self.states.get(tp)
+            if s is not None and not s.truncating and s.delayed_until_ms <= t:
+                key = self._fetch_key(s)
+                if full or self._sent.get(tp) != key:
+                    named[tp] = s
+                    self._sent[tp] = key
+            elif self._sent.pop(tp, None) is not None:
+                forgotten.append(tp)
+        self._changed.clear()
+        return named, forgotten, full
 
     async def _maybe_fetch(self) -> None:
         t = now_ms()
-        ready = {tp: s for tp, s in self.states.items() if not s.truncating and s.delayed_until_ms <= t}
-        if not ready:
+        named, forgotten, full = self._named_and_forgotten(t)
+        if not self._sent and not forgotten:
+            # Nothing to fetch (every partition truncating or backing off): look again shortly.
+            self._reset_session()
             await asyncio.sleep(self.settings.backoff_ms / 1000.0 / 10)
             return
         req = pb.FetchRequest(replica_id=self.settings.broker_id, max_wait_ms=self.settings.fetch_max_wait_ms,
                               min_bytes=self.settings.fetch_min_bytes, max_bytes=self.settings.fetch_max_bytes,
-                              replica_epoch=self.broker_epoch())
-        for topic, parts in _by_topic(ready).items():
+                              replica_epoch=self.broker_epoch(), session_id=self._session_id,
+                              session_epoch=self._session_epoch)
+        for topic, parts in _by_topic(named).items():
             ft = req.topics.add(name=topic)
             for part, s in parts:
                 ft.partitions.add(partition=part, current_leader_epoch=s.leader_epoch,
                                   fetch_offset=s.partition.log_end_offset,
                                   log_start_offset=s.partition.log_start_offset,
                                   partition_max_bytes=self.settings.fetch_max_bytes)
+        for topic, tps in _topics_of(forgotten).items():
+            req.forgotten.add(name=topic).partitions.extend(pb.FetchPartition(partition=p) for p in tps)
+        if full:
+            self.full_fetches += 1
+        else:
+            self.incremental_fetches += 1
         timeout = (self.settings.fetch_max_wait_ms + self.settings.request_timeout_ms) / 1000.0
-        resp = await self._fetch(req, timeout)
+        try:
+            resp = await self._fetch(req, timeout)
+        except BaseException:
+            self._reset_session()
+            raise
+        if resp.error_code != E.NONE:
+            # FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH (evicted, or the leader
+            # restarted) or a refusal of the whole fetch: start over with a full one.
+            log.info("fetcher for leader %d: fetch refused (%s); next fetch is a full one", self.leader.broker_id,
+                     pb.ErrorCode.Name(resp.error_code))
+            self._reset_session()
+            await asyncio.sleep(self.settings.backoff_ms / 1000.0)
+            return
+        self._session_id = resp.session_id
+        # No session granted (an older leader, or its cache is full): every fetch stays full.
+        self._session_epoch = next_epoch(req.session_epoch) if resp.session_id != INVALID_SESSION_ID \
+            else INITIAL_EPOCH
         for tr in resp.topics:
             for r in tr.partitions:
                 tp = (tr.name, r.partition)
-                st = ready.get(tp)
-                if st is None or not self._valid(tp, st):
+                st = self.states.get(tp)
+                # Fetched for the state it was asked for: not one re-added (LeaderAndIsr) meanwhile.
+                if st is None or st.truncating or st.delayed_until_ms > t or not self._valid(tp, st):
                     continue
                 self._process(tp, st, r)
 
@@ -244,8 +351,10 @@ class ReplicaFetcher:
                 self.rm.on_follower_data(st.partition, r.records, r.high_watermark)
             except Exception as e:
                 log.warning("%s-%d: cannot append fetched data: %s; truncating again", tp[0], tp[1], e)
-                st.truncating = True
-                st.rounds = 0
+                self._truncate_again(tp, st)
+                return
+            if r.records:
+                self._changed.add(tp)
             return
         if r.error_code == E.OFFSET_OUT_OF_RANGE:
             if r.log_end_offset >= 0 and p.log_end_offset > r.log_end_offset:
@@ -257,8 +366,16 @@ class ReplicaFetcher:
                 log.info("%s-%d: leader starts at %d beyond our end %d; restarting the log there", tp[0], tp[1],
                          r.log_start_offset, p.log_end_offset)
                 p.truncate_fully_and_start_at(r.log_start_offset)
+            self._changed.add(tp)
             return
-        st.delayed_until_ms = now_ms() + self.settings.backoff_ms
+        self._delay(tp, st)
+
+
+def _topics_of(tps: list[TopicPartition]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for topic, part in tps:
+        out.setdefault(topic, []).append(part)
+    return out
 
 
 def _by_topic(states: dict[TopicPartition, FetchState]) -> dict[str, list[tuple[int, FetchState]]]:

@@ -159,6 +159,20 @@ class BrokerCollector(Collector):
             yield CounterMetricFamily("minikafka_replica_fetch_listener_connections_closed",
                                       "Replica fetch listener connections closed for a protocol violation",
                                       value=rfl.closed_for_violation)
+        # KIP-227's metrics: NumIncrementalFetchSessions and FetchSessionCache evictions (leader side);
+        # the fetches this broker's followers sent, full and incremental.
+        yield GaugeMetricFamily("kafka_server_fetchsessioncache_numincrementalfetchsessions",
+                                "Fetch sessions held by this broker", value=len(rm.fetch_sessions))
+        yield CounterMetricFamily("kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+                                  "Fetch sessions evicted", value=rm.fetch_sessions.evictions)
+        fm = getattr(s, "fetcher_manager", None)
+        if fm is not None:
+            fetchers = list(fm.fetchers.values())
+            sent = CounterMetricFamily("minikafka_replica_fetches", "Follower fetches sent by this broker",
+                                       labels=["kind"])
+            sent.add_metric(["full"], sum(f.full_fetches for f in fetchers))
+            sent.add_metric(["incremental"], sum(f.incremental_fetches for f in fetchers))
+            yield sent
         purgatory = GaugeMetricFamily("minikafka_purgatory_size", "Delayed operations waiting",
                                       labels=["purgatory"])
         purgatory.add_metric(["fetch"], len(rm.fetch_purgatory))

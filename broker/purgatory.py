@@ -17,10 +17,12 @@ class Purgatory:
     def __init__(self, name: str) -> None:
         self.name = name
         self._watchers: dict[Hashable, set[asyncio.Future[None]]] = {}
+        self._parked = 0
 
     def __len__(self) -> int:
-        """Distinct operations waiting (an operation watching several keys counts once)."""
-        return len({id(f) for fs in self._watchers.values() for f in fs})
+        """Distinct operations waiting (an operation watching several keys counts once): a count
+        kept as they park and leave, not a walk over every watched key."""
+        return self._parked
 
     def notify(self, key: Hashable) -> None:
         for fut in self._watchers.pop(key, ()):
@@ -45,11 +47,13 @@ class Purgatory:
             fut: asyncio.Future[None] = loop.create_future()
             for k in keys:
                 self._watchers.setdefault(k, set()).add(fut)
+            self._parked += 1
             try:
                 await asyncio.wait_for(fut, remaining)
             except TimeoutError:
                 pass
             finally:
+                self._parked -= 1
                 for k in keys:
                     ws = self._watchers.get(k)
                     if ws is not None:

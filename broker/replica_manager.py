@@ -32,8 +32,9 @@ from broker.replication.control import (
     decide_after_isr_write,
     write_isr,
 )
+from broker.replication.fetch_session import INCREMENTAL, FetchSession, FetchSessionCache, PartitionFetch
 from broker.replication.partition import Partition
-from broker.replication.state import NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER, TIMED_OUT, WAIT
+from broker.replication.state import NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER, TIMED_OUT, WAIT, FetchClock
 from broker.request_guard import ByteBudget, error_message, judge_partitions
 from broker.security.authorizer import CLUSTER, CLUSTER_NAME, TOPIC
 from broker.security.principal import LOCAL_CLIENT, RequestContext
@@ -65,6 +66,7 @@ class BrokerSettings:
     max_request_partitions: int = 10000
     fetch_max_bytes: int = 57671680
     fetch_purgatory_max_requests: int = 500
+    fetch_session_cache_slots: int = 1000
     queued_max_request_bytes: int = -1
     # The longest a produce or fetch may be parked (request.timeout.ms).
     max_wait_ms: int = 30000
@@ -88,6 +90,8 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = 0
         self.fetch_purgatory = Purgatory("fetch")
+        # KIP-227: fetches on a session name and answer only the partitions that moved.
+        self.fetch_sessions = FetchSessionCache(settings.fetch_session_cache_slots)
         self.produce_purgatory = Purgatory("produce")
         self.fetcher_manager: FetcherManagerProtocol | None = None
         self._isr_writes: set[asyncio.Task[None]] = set()
@@ -156,7 +160,7 @@ class ReplicaManager:
             self._make_leader(p, s)
         else:
             self._make_follower(p, s, endpoints.get(s.leader))
-        self.fetch_purgatory.notify(tp)
+        self._wake_fetches(tp)
         self.produce_purgatory.notify(tp)
         return E.NONE
 
@@ -215,7 +219,7 @@ class ReplicaManager:
                     self.log_manager.delete_log(tp[0], tp[1])
                     # A topic created again under this name brings its own config.
                     self.on_topic_deleted(tp[0])
-                self.fetch_purgatory.notify(tp)
+                self._wake_fetches(tp)
                 self.produce_purgatory.notify(tp)
             resp.partition_errors.add(topic_name=tp[0], partition_index=tp[1], error_code=code)
         return resp
@@ -334,7 +338,8 @@ class ReplicaManager:
         pr.log_start_offset = info.log_start_offset
         if result.high_watermark_moved:
             self._on_high_watermark_moved(p)
-        self.fetch_purgatory.notify(p.tp)
+        else:
+            self._wake_fetches(p.tp)
         if acks == -1:
             return (p, pr, info.last_offset + 1, p.leader_epoch)
         return None
@@ -384,7 +389,13 @@ class ReplicaManager:
     def _on_high_watermark_moved(self, p: Partition) -> None:
         """``p`` already moved its HW: wake the produces and fetches waiting on it."""
         self.produce_purgatory.notify(p.tp)
-        self.fetch_purgatory.notify(p.tp)
+        self._wake_fetches(p.tp)
+
+    def _wake_fetches(self, tp: TopicPartition) -> None:
+        """``tp`` moved (data, HW, leadership): wake the fetches parked on it, with or without a session."""
+        self.fetch_purgatory.notify(tp)
+        for sid in self.fetch_sessions.mark_changed(tp):
+            self.fetch_purgatory.notify(("fetch-session", sid))
 
     # ------------------------------------------------------------ fetch
 
@@ -409,22 +420,32 @@ class ReplicaManager:
             if known is not None and req.replica_epoch < known:
                 raise errors.StaleBrokerEpochError(
                     f"replica {req.replica_id} fetches with broker epoch {req.replica_epoch}, current is {known}")
-            self._record_follower_fetch(req, verdicts)
         else:
             verdicts = self._authorize(verdicts, entries, ctx, "Read")
+        session: FetchSession | None = None
+        kind = ""
+        if req.HasField("session_epoch"):
+            session, kind = self._fetch_session(req, entries, verdicts, follower, limit)
+        if follower:
+            clock = session.clock if session is not None else None
+            self._record_follower_fetch(req, verdicts, clock)
+            if clock is not None:
+                clock.last_fetch_ms = now_ms()
         min_bytes = max(1, req.min_bytes)
         max_wait_ms = min(max(0, req.max_wait_ms), self.settings.max_wait_ms)
+        if session is not None and kind == INCREMENTAL:
+            return await self._incremental_fetch(req, session, follower, entries, verdicts, max_wait_ms)
 
         resp, nbytes, has_error = self._read_fetch(req, follower, verdicts)
         if nbytes >= min_bytes or has_error or max_wait_ms == 0:
             self.bytes_out += nbytes
-            return resp
+            return self._full_session_answer(resp, session)
         if not follower and len(self.fetch_purgatory) >= self.settings.fetch_purgatory_max_requests:
             # Too many consumers parked already: answer now and ask the client to back off.
             self.fetches_not_parked += 1
             resp.throttle_time_ms = min(max_wait_ms, 100)
             self.bytes_out += nbytes
-            return resp
+            return self._full_session_answer(resp, session)
         tps = [e for e, v in zip(entries, verdicts, strict=True) if v == E.NONE]
 
         def ready() -> bool:
@@ -437,7 +458,145 @@ class ReplicaManager:
         await self.fetch_purgatory.wait_until(tps, ready, max_wait_ms / 1000.0)
         resp, nbytes, _err = self._read_fetch(req, follower, verdicts)
         self.bytes_out += nbytes
+        return self._full_session_answer(resp, session)
+
+    # ------------------------------------------------------------ fetch sessions (KIP-227)
+
+    def _fetch_session(self, req: pb.FetchRequest, entries: list[tuple[str, int]], verdicts: list[pb.ErrorCode],
+                       follower: bool, limit: int) -> tuple[FetchSession | None, str]:
+        """Apply the request's session fields; raises the session errors as the fetch's own."""
+        named = []
+        i = 0
+        for t in req.topics:
+            for fp in t.partitions:
+                if verdicts[i] == E.NONE:
+                    named.append((entries[i], PartitionFetch(fp.fetch_offset, fp.log_start_offset,
+                                                             fp.partition_max_bytes, _epoch_of(fp))))
+                i += 1
+        forgotten = [(t.name, fp.partition) for t in req.forgotten for fp in t.partitions]
+        if len(forgotten) > limit:
+            raise errors.InvalidRequestError(f"a fetch may forget at most {limit} partitions")
+        fctx = self.fetch_sessions.new_context(
+            session_id=req.session_id if req.HasField("session_id") else None, epoch=req.session_epoch,
+            replica_id=req.replica_id, named=named, forgotten=forgotten, now_ms=now_ms(), max_partitions=limit)
+        return fctx.session, fctx.kind
+
+    def _full_session_answer(self, resp: pb.FetchResponse, session: FetchSession | None) -> pb.FetchResponse:
+        """A full fetch's answer lists every partition; the session remembers what it said."""
+        if session is None:
+            return resp
+        resp.session_id = session.session_id
+        for tr in resp.topics:
+            for pr in tr.partitions:
+                cp = session.partitions.get((tr.name, pr.partition))
+                if cp is not None and pr.error_code == E.NONE:
+                    cp.answered_high_watermark = pr.high_watermark
+                    cp.answered_log_start_offset = pr.log_start_offset
+        session.take_dirty()
         return resp
+
+    async def _incremental_fetch(self, req: pb.FetchRequest, session: FetchSession, follower: bool,
+                                 entries: list[tuple[str, int]], verdicts: list[pb.ErrorCode],
+                                 max_wait_ms: int) -> pb.FetchResponse:
+        """Read only the session's dirty partitions; park, if none can answer, until one of its own
+        partitions moves (no walk over every partition it holds, on either path)."""
+        candidates = session.take_dirty()
+        refused = any(v != E.NONE for v in verdicts)
+        if max_wait_ms > 0 and not refused and not any(self._session_ready(session, tp, follower)
+                                                       for tp in candidates):
+            # A moved HW alone does not answer a follower (as without a session): it travels
+            # with the next records. Put everything back and wait for a mark that can answer.
+            session.dirty.update(candidates)
+            session.fresh.clear()
+
+            def ready() -> bool:
+                return session.closed or any(self._session_ready(session, tp, follower)
+                                             for tp in session.take_fresh())
+
+            await self.fetch_purgatory.wait_until([("fetch-session", session.session_id)], ready,
+                                                  max_wait_ms / 1000.0)
+            candidates = session.take_dirty()
+        resp, nbytes, leftover = self._read_session(req, session, candidates, follower)
+        session.dirty.update(leftover)
+        if refused:
+            self._answer_refused(resp, entries, verdicts)
+        self.bytes_out += nbytes
+        return resp
+
+    def _session_ready(self, session: FetchSession, tp: TopicPartition, follower: bool) -> bool:
+        """Can ``tp`` answer now: records beyond the cached fetch offset, or an error to report?"""
+        cp = session.partitions.get(tp)
+        if cp is None:
+            return False
+        p = self.partitions.get(tp)
+        if p is None or not p.is_leader:
+            return True
+        if cp.current_leader_epoch >= 0 and cp.current_leader_epoch != p.leader_epoch:
+            return True
+        lg = p.log
+        bound = lg.log_end_offset if follower else lg.high_watermark
+        return cp.fetch_offset < bound or not lg.log_start_offset <= cp.fetch_offset <= lg.log_end_offset
+
+    def _read_session(self, req: pb.FetchRequest, session: FetchSession, candidates: list[TopicPartition],
+                      follower: bool) -> tuple[pb.FetchResponse, int, list[TopicPartition]]:
+        """An incremental answer: the candidates with records, a moved HW or log start, or an error.
+        Returns it, its record bytes, and the candidates the byte budget left for the next fetch."""
+        resp = pb.FetchResponse(error_code=E.NONE, session_id=session.session_id)
+        cap = self.settings.fetch_max_bytes
+        budget = min(req.max_bytes, cap) if req.max_bytes > 0 else cap
+        total = 0
+        leftover: list[TopicPartition] = []
+        by_topic: dict[str, pb.FetchTopicResponse] = {}
+        for tp in candidates:
+            cp = session.partitions.get(tp)
+            if cp is None:
+                continue  # forgotten since it was marked
+            if budget <= 0:
+                leftover.append(tp)
+                continue
+            code = E.NONE
+            data = b""
+            hw = lso = leo = -1
+            leader_epoch = -1
+            try:
+                if cp.max_bytes < 0:
+                    raise errors.InvalidFetchSizeError(f"partition_max_bytes {cp.max_bytes} < 0")
+                p = self._leader_partition(*tp)
+                if follower:
+                    p.validate_follower_fetch(req.replica_id, cp.fetch_offset, cp.current_leader_epoch)
+                else:
+                    p.check_leader_epoch(cp.current_leader_epoch)
+                lg = p.log
+                leader_epoch, hw, lso, leo = p.leader_epoch, lg.high_watermark, lg.log_start_offset, lg.log_end_offset
+                limit = min(cp.max_bytes or budget, budget)
+                if limit > 0:
+                    data = lg.read(cp.fetch_offset, limit, leo if follower else hw, min_one_batch=total == 0)
+            except errors.KafkaError as e:
+                code = e.wire_code
+            except OSError as e:
+                log.error("%s-%d: read failed: %s", tp[0], tp[1], e)
+                code = E.KAFKA_STORAGE_ERROR
+            if not cp.maybe_answer(error=code != E.NONE, has_records=bool(data), high_watermark=hw,
+                                   log_start_offset=lso):
+                continue
+            tr = by_topic.get(tp[0])
+            if tr is None:
+                tr = by_topic[tp[0]] = resp.topics.add(name=tp[0])
+            tr.partitions.add(partition=tp[1], error_code=code, high_watermark=hw, last_stable_offset=hw,
+                              log_start_offset=lso, log_end_offset=leo, records=data, leader_epoch=leader_epoch)
+            total += len(data)
+            budget -= len(data)
+        return resp, total, leftover
+
+    @staticmethod
+    def _answer_refused(resp: pb.FetchResponse, entries: list[tuple[str, int]],
+                        verdicts: list[pb.ErrorCode]) -> None:
+        """Named partitions refused before the session (bad names, duplicates, ACLs): their errors."""
+        for (topic, partition), v in zip(entries, verdicts, strict=True):
+            if v != E.NONE:
+                resp.topics.add(name=topic).partitions.add(
+                    partition=partition, error_code=v, high_watermark=-1, last_stable_offset=-1,
+                    log_start_offset=-1, log_end_offset=-1)
 
     def _authorize(self, verdicts: list[pb.ErrorCode], entries: list[tuple[str, int]], ctx: RequestContext,
                    operation: str) -> list[pb.ErrorCode]:
@@ -476,7 +635,8 @@ class ReplicaManager:
                     return True
         return False
 
-    def _record_follower_fetch(self, req: pb.FetchRequest, verdicts: list[pb.ErrorCode]) -> None:
+    def _record_follower_fetch(self, req: pb.FetchRequest, verdicts: list[pb.ErrorCode],
+                               clock: FetchClock | None = None) -> None:
         t = now_ms()
         lag = self.settings.replica_lag_time_max_ms
         i = 0
@@ -492,7 +652,7 @@ class ReplicaManager:
                 try:
                     # Validated first (replica, epoch, offset within the log), the same checks the read
                     # makes: a refused fetch moves neither HW nor ISR.
-                    result = p.record_follower_fetch(req.replica_id, fp.fetch_offset, _epoch_of(fp), t, lag)
+                    result = p.record_follower_fetch(req.replica_id, fp.fetch_offset, _epoch_of(fp), t, lag, clock)
                 except errors.KafkaError:
                     continue
                 if result.high_watermark_moved:
@@ -661,7 +821,7 @@ class ReplicaManager:
     def on_follower_data(self, p: Partition, records: bytes, leader_high_watermark: int) -> None:
         """Called by the fetcher with what it fetched for ``p``."""
         p.append_as_follower(records, leader_high_watermark, now_ms())
-        self.fetch_purgatory.notify(p.tp)
+        self._wake_fetches(p.tp)
 
     # ------------------------------------------------------------ ISR upkeep
 

@@ -352,6 +352,18 @@ class GroupIdNotFoundError(KafkaError):
     description = "The group does not exist."
 
 
+class FetchSessionIdNotFoundError(KafkaError):
+    code, name = 70, "FETCH_SESSION_ID_NOT_FOUND"
+    description = "The fetch session id is not known to this broker (evicted, or the broker restarted)."
+    retriable = True
+
+
+class InvalidFetchSessionEpochError(KafkaError):
+    code, name = 71, "INVALID_FETCH_SESSION_EPOCH"
+    description = "The fetch session epoch is not the one this broker expects next."
+    retriable = True
+
+
 class TopicDeletionDisabledError(KafkaError):
     code, name = 73, "TOPIC_DELETION_DISABLED"
     description = "delete.topic.enable is false."

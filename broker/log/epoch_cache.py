@@ -11,8 +11,10 @@ for the current epoch, else the start offset of the first epoch above the
 one asked - the point where a follower's log may start to diverge from the
 leader's. The follower truncates there, never to its high watermark.
 
-This class is pure: it returns whether it changed, and ``Log`` writes the
-checkpoint file when it did.
+This class is pure: it returns whether (``assign_changed_from``: from which
+offset) it changed, and ``Log`` decides when the checkpoint file is written:
+at once for truncations, at the next flush for appends (KAFKA-15046; see
+``broker.log.log``).
 """
 
 from __future__ import annotations
@@ -45,16 +47,23 @@ class LeaderEpochCache:
         start offset >= the new one) are removed first, as Kafka does: they
         belong to a log suffix that has since been replaced.
         """
+        return self.assign_changed_from(epoch, start_offset) is not None
+
+    def assign_changed_from(self, epoch: int, start_offset: int) -> int | None:
+        """``assign``, returning the lowest start offset of an entry it added or removed (None:
+        unchanged). Entries below it are as before, so a copy of them (the checkpoint file)
+        is still right about them."""
         if epoch < 0 or start_offset < 0:
-            return False
+            return None
         if self._epochs and self._epochs[-1] == epoch and self._offsets[-1] <= start_offset:
-            return False
+            return None
+        changed_from = start_offset
         while self._epochs and (self._epochs[-1] >= epoch or self._offsets[-1] >= start_offset):
             self._epochs.pop()
-            self._offsets.pop()
+            changed_from = min(changed_from, self._offsets.pop())
         self._epochs.append(epoch)
         self._offsets.append(start_offset)
-        return True
+        return changed_from
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetsForLeaderEpoch, per KIP-101/KIP-279."""

@@ -32,6 +32,26 @@ the log manager fsyncs it on its flusher thread - a 1 GiB segment's dirty pages
 no longer stall the event loop - and hands it back to ``on_rolled_flushed``,
 which moves the recovery point only if no truncation came in between (the
 offsets the fsync covered may since have been cut off and written again).
+
+Leader-epoch checkpoint (SPEC S8.1, S2.4; Kafka's KAFKA-15046): an append that
+starts a new leader epoch (``append_as_leader``, ``append_as_follower``, and
+``assign_epoch_start_offset`` when a replica becomes leader, S8.2) only changes
+the in-memory cache and marks it dirty - no file write, no fsync. After an
+election every partition's first batch starts an epoch, and rewriting and
+fsyncing thousands of checkpoint files on the event loop stalled the broker.
+The file is written when the recovery point moves instead (``flush``, a roll,
+``on_rolled_flushed``) and by ``close``, always before the recovery point passes
+the new entries. The invariant: every epoch entry starting below any recovery
+point this log has had (one a recovery-point checkpoint may hold) is in the
+durable file. Entries at or above it are rebuilt after a crash: ``_load``
+replaces the cache's entries from the first recovered segment on with the
+epochs of its batch headers (Kafka's ``LogSegment.recover`` assigning each
+batch's ``partitionLeaderEpoch``). A change below that point - an append after
+a truncation below an earlier recovery point - is still written at once.
+Truncations of the cache (``truncate_to``, ``truncate_fully_and_start_at``,
+``truncate_epochs_from_end``, retention) are written and fsynced at once, as
+before: a restart must not resurrect an epoch that was cut (KIP-279); that
+write also carries, and clears, any dirty entries.
 """
 
 from __future__ import annotations
@@ -39,7 +59,7 @@ from __future__ import annotations
 import bisect
 import logging
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,6 +166,12 @@ class Log:
         self.rolled_unflushed: list[RolledSegment] = []
         self.rolls_in_flight = 0
         self._truncations = 0
+        # The leader-epoch checkpoint file (see the module docstring): the lowest start offset of
+        # an epoch entry changed since it was last written (None: it matches the cache), and the
+        # highest recovery point this log has had (a recovery-point checkpoint may hold it; an
+        # entry below it must be in the file before it may be relied on, so it is written at once).
+        self._epochs_dirty_from: int | None = None
+        self._max_recovery_point = 0
 
     # ------------------------------------------------------------ opening
 
@@ -201,25 +227,47 @@ class Log:
                 # A torn or corrupt segment ends the log: anything after it cannot be trusted (S2.4, S13.5).
                 self._drop_corrupt_tail(bases[i + 1:], now_ms, seg.recovered_next_offset, seg.recovery_defect)
                 break
+        # The segments recovered above (none after a clean shutdown): the epochs that start in
+        # them may not have reached the checkpoint file (KAFKA-15046).
+        recovered = self._segments[first_unflushed:]
         if not self._segments:
             self._add_segment(max(0, log_start_offset), now_ms)
         self.log_end_offset = self._segments[-1].next_offset
         self.log_start_offset = min(max(log_start_offset, self._bases[0]), self.log_end_offset)
         self.recovery_point = self.log_end_offset
+        self._max_recovery_point = max(recovery_point, self.recovery_point)
         try:
             self.epoch_cache = LeaderEpochCache(read_epoch_entries(self.dir / LEADER_EPOCH_CHECKPOINT))
-            changed = False
+            changed = self._rebuild_epochs_from(recovered)
         except CorruptCheckpointError as e:
             # The batches carry their leader epochs: rebuild the cache from them (headers only).
             logger.warning("%s-%d: %s; rebuilding the leader epoch cache from the log", self.topic, self.partition, e)
             self.epoch_cache = LeaderEpochCache()
-            for header in self.iter_batch_headers():
-                self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            self._assign_epochs_of(self.iter_batch_headers())
             changed = True
         changed |= self.epoch_cache.truncate_from_end(self.log_end_offset)
         changed |= self.epoch_cache.truncate_from_start(self.log_start_offset)
         if changed:
-            self._checkpoint_epochs()
+            self._checkpoint_epochs()  # start-up: synchronous
+
+    def _rebuild_epochs_from(self, recovered: list[LogSegment]) -> bool:
+        """After a crash: the entries starting in the recovered segments are taken from their batch
+        headers, in offset order (Kafka's ``LogSegment.recover``), replacing what the checkpoint file
+        says there - appends only mark the cache dirty, so the file may lack them, or hold an entry a
+        later append replaced. A batch's epoch is assigned only when above the latest one: a lower
+        epoch (impossible in a well-formed log) must not erase the entries before it."""
+        if not recovered:
+            return False
+        before = self.epoch_cache.pairs()
+        self.epoch_cache.truncate_from_end(recovered[0].base_offset)
+        self._assign_epochs_of(header for seg in recovered for header in seg.iter_headers())
+        return self.epoch_cache.pairs() != before
+
+    def _assign_epochs_of(self, headers: Iterable[BatchHeader]) -> None:
+        cache = self.epoch_cache
+        for header in headers:
+            if header.partition_leader_epoch > cache.latest_epoch:
+                cache.assign(header.partition_leader_epoch, header.base_offset)
 
     def _drop_corrupt_tail(self, later_bases: list[int], now_ms: int, offset: int, defect: str) -> None:
         self.corrupt_tails += 1
@@ -279,8 +327,8 @@ class Log:
             dup = self._check_producer_state(idempotent, info)
             if dup is not None:
                 return dup
-        if leader_epoch >= 0 and self.epoch_cache.assign(leader_epoch, self.log_end_offset):
-            self._checkpoint_epochs()
+        if leader_epoch >= 0:
+            self._epochs_changed(self.epoch_cache.assign_changed_from(leader_epoch, self.log_end_offset))
         append_time = -1
         src: bytes | bytearray = records
         if cfg.message_timestamp_type == "LogAppendTime":
@@ -343,7 +391,6 @@ class Log:
             raise InvalidRequestError(
                 f"{self.topic}-{self.partition}: follower append at {first} below log end {self.log_end_offset}")
         expected = first
-        changed = False
         for b in info.batches:
             if b.base_offset != expected:
                 raise InvalidRequestError(
@@ -354,10 +401,12 @@ class Log:
             expected = b.base_offset + b.offset_span
         if expected > MAX_OFFSET:
             raise InvalidRequestError(f"{self.topic}-{self.partition}: offsets beyond {MAX_OFFSET}")
+        changed_from: int | None = None
         for b in info.batches:
-            changed |= self.epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
-        if changed:
-            self._checkpoint_epochs()
+            c = self.epoch_cache.assign_changed_from(b.partition_leader_epoch, b.base_offset)
+            if c is not None and (changed_from is None or c < changed_from):
+                changed_from = c
+        self._epochs_changed(changed_from)
         result = self._write(first, expected, [records], len(records), info, info.max_timestamp,
                              first + info.shallow_offset_of_max_timestamp, -1, now_ms)
         if self._producer_state is not None:
@@ -409,7 +458,7 @@ class Log:
             self.flush()  # also covers the rolled segments still in flight
         else:
             old.on_become_inactive()  # flushes: everything below the new segment is durable
-            self.recovery_point = max(self.recovery_point, old.next_offset)
+            self._advance_recovery_point(old.next_offset)
         return self._add_segment(base_offset, now_ms)
 
     def take_rolled_unflushed(self) -> list[RolledSegment]:
@@ -422,7 +471,7 @@ class Log:
         ``ok=False``: the fsync failed; the recovery point stays (a crash recovers from there)."""
         self.rolls_in_flight = max(0, self.rolls_in_flight - 1)
         if ok and rolled.truncations == self._truncations:
-            self.recovery_point = max(self.recovery_point, min(rolled.up_to, self.log_end_offset))
+            self._advance_recovery_point(min(rolled.up_to, self.log_end_offset))
 
     # ------------------------------------------------------------ reads
 
@@ -469,8 +518,8 @@ class Log:
         return self.high_watermark
 
     def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
-        if self.epoch_cache.assign(epoch, start_offset):
-            self._checkpoint_epochs()
+        """S8.2, on becoming leader: like an append, this only marks the checkpoint dirty."""
+        self._epochs_changed(self.epoch_cache.assign_changed_from(epoch, start_offset))
 
     def truncate_epochs_from_end(self, end_offset: int) -> None:
         """Forget epochs starting at or after ``end_offset`` (a follower asking again, KIP-279), and
@@ -481,8 +530,33 @@ class Log:
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
+    def _epochs_changed(self, changed_from: int | None) -> None:
+        """An append changed the epoch cache from ``changed_from`` on (None: it did not). Not
+        written now (KAFKA-15046): the next move of the recovery point past it writes it, and a
+        crash before that rebuilds it from the batches. Unless a recovery point this log has had
+        lies above it (an append after a truncation): a restart may trust the segments up to there
+        without reading their batches, so the file must have it now."""
+        if changed_from is None:
+            return
+        if changed_from < self._max_recovery_point:
+            self._checkpoint_epochs()
+        elif self._epochs_dirty_from is None or changed_from < self._epochs_dirty_from:
+            self._epochs_dirty_from = changed_from
+
     def _checkpoint_epochs(self) -> None:
+        """Write the whole cache durably (atomic rename, fsynced); the file then matches it."""
         write_epoch_entries(self.dir / LEADER_EPOCH_CHECKPOINT, self.epoch_cache.pairs())
+        self._epochs_dirty_from = None
+
+    def _advance_recovery_point(self, offset: int) -> None:
+        """Move the recovery point up to ``offset`` (data below it is durable), writing the epoch
+        checkpoint first if it lacks entries that start below there."""
+        if offset <= self.recovery_point:
+            return
+        if self._epochs_dirty_from is not None and self._epochs_dirty_from < offset:
+            self._checkpoint_epochs()
+        self.recovery_point = offset
+        self._max_recovery_point = max(self._max_recovery_point, offset)
 
     # ------------------------------------------------------------ truncation
 
@@ -525,6 +599,7 @@ class Log:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(max(self.recovery_point, self.log_start_offset), self.log_end_offset)
+        self._max_recovery_point = max(self._max_recovery_point, self.recovery_point)
         if self.epoch_cache.truncate_from_end(self.log_end_offset):
             self._checkpoint_epochs()
 
@@ -563,11 +638,15 @@ class Log:
     # ------------------------------------------------------------ durability and lifecycle
 
     def flush(self) -> None:
-        """fsync every segment at or after the recovery point; advance the recovery point."""
+        """fsync every segment at or after the recovery point and the epoch checkpoint if dirty (even
+        an entry at the LEO: a clean shutdown flushes, and a clean start trusts the file); advance
+        the recovery point."""
         i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
         for seg in self._segments[i:]:
             seg.flush()
-        self.recovery_point = self.log_end_offset
+        if self._epochs_dirty_from is not None:
+            self._checkpoint_epochs()
+        self._advance_recovery_point(self.log_end_offset)
         self._unflushed_records = 0
 
     def maybe_flush(self, now_ms: int) -> bool:
@@ -579,6 +658,9 @@ class Log:
         return False
 
     def close(self) -> None:
+        """Close the files, leaving a complete epoch checkpoint (a clean start trusts it)."""
+        if self._epochs_dirty_from is not None:
+            self._checkpoint_epochs()
         for seg in self._segments:
             seg.close()
 

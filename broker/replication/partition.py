@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from broker.log.log import Log, LogAppendInfo
 from broker.replication.state import (
+    FetchClock,
     IsrChange,
     LeaderState,
     TruncationDecision,
@@ -252,14 +253,14 @@ class Partition:
                 f"of {self.topic}-{self.partition}")
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, current_leader_epoch: int, now_ms: int,
-                              lag_max_ms: int) -> FollowerFetchResult:
+                              lag_max_ms: int, clock: FetchClock | None = None) -> FollowerFetchResult:
         """S3.3: a valid follower fetch carries the follower's LEO (Kafka's updateFollowerFetchState).
 
         Raises (and counts nothing) when ``validate_follower_fetch`` does. Returns whether the HW
         moved and the ISR expansion to write, if the follower caught up (S4.3)."""
         self.validate_follower_fetch(replica_id, fetch_offset, current_leader_epoch)
         state = self._require_leader()
-        moved, expand = state.on_follower_fetch(replica_id, fetch_offset, now_ms, lag_max_ms)
+        moved, expand = state.on_follower_fetch(replica_id, fetch_offset, now_ms, lag_max_ms, clock)
         return FollowerFetchResult(self._sync_leader_high_watermark(moved), expand)
 
     def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> IsrChange | None:

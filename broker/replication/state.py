@@ -8,6 +8,10 @@ carried by its fetch offset (S3.3) and when it last caught up:
 * a fetch at or beyond the leader's LEO at fetch time means "caught up now";
   a fetch at or beyond the leader's LEO of the *previous* fetch means "was
   caught up when it sent the previous one" (Kafka's lastCaughtUpTimeMs);
+  a follower on a fetch session (KIP-227) names a partition only when its fetch
+  offset changes, so while that offset is the LEO its session's ``FetchClock``
+  (the time of its last fetch) is its caught-up time, and an append
+  materialises that time before moving the LEO (``caught_up_time_ms``);
 * the high watermark is the minimum LEO of the leader and every ISR member,
   plus any follower caught up within replica.lag.time.max.ms (it is about to
   join), and it never moves backwards (S3.4);
@@ -36,6 +40,16 @@ from dataclasses import dataclass
 from broker.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 
 
+@dataclass(slots=True)
+class FetchClock:
+    """When a follower last fetched on its fetch session (broker.replication.fetch_session).
+
+    Shared by every partition the session holds: one fetch moves it for all of them, so a
+    partition the fetch did not name (its fetch offset unchanged) needs no work to stay alive."""
+
+    last_fetch_ms: int = 0
+
+
 @dataclass
 class ReplicaProgress:
     """The leader's view of one follower."""
@@ -44,6 +58,8 @@ class ReplicaProgress:
     last_caught_up_time_ms: int = 0
     last_fetch_leader_log_end_offset: int = -1
     last_fetch_time_ms: int = 0
+    # The session the follower last named this partition on, if any (see caught_up_time_ms).
+    clock: FetchClock | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,17 +110,35 @@ class LeaderState:
 
     # ------------------------------------------------------------ events
 
+    def caught_up_time_ms(self, p: ReplicaProgress) -> int:
+        """When follower ``p`` last caught up. A follower fetching on a session names a partition
+        only when its fetch offset changes: if that offset is still the LEO, every later fetch on
+        the session found it caught up, so its session's clock is its last caught-up time."""
+        c = p.clock
+        if c is not None and p.log_end_offset >= self.log_end_offset and c.last_fetch_ms > p.last_caught_up_time_ms:
+            return c.last_fetch_ms
+        return p.last_caught_up_time_ms
+
     def on_local_append(self, log_end_offset: int, now_ms: int, lag_max_ms: int) -> bool:
         """The leader appended; returns True if the HW moved (only possible with ISR = [leader])."""
+        for p in self.followers.values():
+            if p.clock is not None and p.log_end_offset >= self.log_end_offset:
+                # Caught up until this append: as of its last session fetch (Kafka's rule of the
+                # previous fetch, for a partition the follower's fetches do not name).
+                p.last_caught_up_time_ms = max(p.last_caught_up_time_ms, p.clock.last_fetch_ms)
         self.log_end_offset = log_end_offset
         return self.maybe_increment_high_watermark(now_ms, lag_max_ms)
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
-                          lag_max_ms: int) -> tuple[bool, IsrChange | None]:
-        """S3.3: a follower fetched from ``fetch_offset`` (its LEO). Returns (HW moved, ISR expansion)."""
+                          lag_max_ms: int, clock: FetchClock | None = None) -> tuple[bool, IsrChange | None]:
+        """S3.3: a follower fetched from ``fetch_offset`` (its LEO). Returns (HW moved, ISR expansion).
+
+        ``clock`` is the fetch session the fetch came on (None: sessionless, every fetch names
+        every partition)."""
         p = self.followers.get(replica_id)
         if p is None:
             return False, None
+        p.clock = clock
         if fetch_offset >= self.log_end_offset:
             p.last_caught_up_time_ms = max(p.last_caught_up_time_ms, now_ms)
         elif fetch_offset >= p.last_fetch_leader_log_end_offset >= 0:
@@ -121,7 +155,7 @@ class LeaderState:
         new_hw = self.log_end_offset
         isr = self.maximal_isr
         for r, p in self.followers.items():
-            counts = r in isr or now_ms - p.last_caught_up_time_ms <= lag_max_ms
+            counts = r in isr or now_ms - self.caught_up_time_ms(p) <= lag_max_ms
             if counts and p.log_end_offset < new_hw:
                 new_hw = p.log_end_offset
         if new_hw > self.high_watermark:
@@ -145,7 +179,7 @@ class LeaderState:
         if self.pending_isr is not None:
             return None
         out = [r for r in self.isr if r != self.local_id and r in self.followers
-               and now_ms - self.followers[r].last_caught_up_time_ms > lag_max_ms]
+               and now_ms - self.caught_up_time_ms(self.followers[r]) > lag_max_ms]
         if not out:
             return None
         new_isr = tuple(r for r in self.isr if r not in out)
