@@ -391,21 +391,27 @@ def _produce_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
 
 
 def _fetch(r: Any, _h: Header) -> Plan:
-    return [("Fetch", pb.FetchRequest(
+    req = pb.FetchRequest(
         replica_id=getattr(r, "replica_id", -1), max_wait_ms=ms(r.max_wait), min_bytes=r.min_bytes,
         max_bytes=getattr(r, "max_bytes", 0x7FFFFFFF), isolation_level=_isolation(r),
         topics=[pb.FetchTopic(name=t.topic, partitions=[
             pb.FetchPartition(partition=p.partition, current_leader_epoch=getattr(p, "current_leader_epoch", -1),
                               fetch_offset=p.fetch_offset, log_start_offset=getattr(p, "log_start_offset", -1),
                               partition_max_bytes=p.partition_max_bytes) for p in t.partitions])
-            for t in r.topics]))]
+            for t in r.topics])
+    # Fetch sessions (KIP-227), v7+: session id 0 with epoch -1 (librdkafka, kafka-python) is a
+    # sessionless fetch; epoch 0 asks for a session (the Java client), later epochs are incremental.
+    if hasattr(r, "session_epoch"):
+        req.session_id = r.session_id
+        req.session_epoch = r.session_epoch
+        for t in r.forgotten_topics_data:
+            req.forgotten.add(name=t.topic).partitions.extend(pb.FetchPartition(partition=p) for p in t.partitions)
+    return [("Fetch", req)]
 
 
 def _fetch_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
-    # Fetch sessions (KIP-227) are not kept: session id 0 tells the client that every fetch is a
-    # full one, as a broker with no session cache slots answers.
     resp: pb.FetchResponse = a[0]
-    return {"throttle_time": resp.throttle_time_ms, "error_code": resp.error_code, "session_id": 0,
+    return {"throttle_time": resp.throttle_time_ms, "error_code": resp.error_code, "session_id": resp.session_id,
             "responses": [{"topic": t.name, "partitions": [
                 {"partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,
                  "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,

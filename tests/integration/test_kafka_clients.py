@@ -704,3 +704,58 @@ def test_join_group_v4_plus_asks_for_a_member_id_and_fences_heartbeats(module_cl
         old = kafka_call(s, 11, 3, {k: v for k, v in join.items() if k != "group_instance_id"})
         assert old.error_code == ErrorCode.none and old.member_id and old.leader == old.member_id
         kafka_call(s, 13, 2, {"group_id": group, "member_id": old.member_id})
+
+
+def test_consumer_fetch_sessions_on_the_kafka_listener(module_cluster) -> None:  # type: ignore[no-untyped-def]
+    """KIP-227 as the Java consumer uses it (Fetch v7+, SPEC S15): epoch 0 opens a session and gets
+    every partition; incremental fetches get only partitions that moved, and a parked one wakes on
+    an append to one of its own partitions; a stale epoch or unknown id is refused with Kafka's codes;
+    session id 0 with epoch -1 (librdkafka, kafka-python) stays sessionless."""
+    from confluent_kafka import Producer
+    from kio.schema.errors import ErrorCode
+
+    from proto import minikafka_pb2 as pb
+
+    topic = "kip227"
+    view = module_cluster.view()
+    created = view.connection(view.bootstrap[0]).api.CreateTopics(pb.CreateTopicsRequest(timeout_ms=15000, topics=[
+        pb.CreatableTopic(name=topic, num_partitions=-1, replication_factor=-1, assignments=[
+            pb.ReplicaAssignment(partition=p, broker_ids=[1]) for p in range(3)])]), timeout=20)
+    assert created.topics[0].error_code == pb.ErrorCode.NONE, created
+    address = module_cluster.cluster.state.brokers[1].kafka_address
+    producer = Producer({"bootstrap.servers": address, "acks": "all"})
+
+    def send(partition: int, value: str) -> None:
+        producer.produce(topic, value.encode(), partition=partition)
+        assert producer.flush(30) == 0
+
+    wait_for(lambda: (send(0, "a0"), send(1, "a1"), send(2, "a2"), True)[-1], timeout_s=30)
+
+    def fetch(sid: int, epoch: int, offsets: dict[int, int], wait_ms: int = 0) -> Any:
+        return kafka_call(s, 1, 11, {
+            "replica_id": -1, "max_wait": wait_ms, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": sid, "session_epoch": epoch, "rack_id": "", "forgotten_topics_data": [],
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": p, "current_leader_epoch": -1, "fetch_offset": o, "log_start_offset": -1,
+                 "partition_max_bytes": 1 << 20} for p, o in offsets.items()]}] if offsets else []})
+
+    def moved(resp: Any) -> dict[int, int]:
+        return {p.partition_index: len(p.records or b"") for t in resp.responses for p in t.partitions}
+
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        first = fetch(0, 0, {0: 0, 1: 0, 2: 0})
+        assert first.error_code == ErrorCode.none and first.session_id != 0
+        assert sorted(moved(first)) == [0, 1, 2] and all(moved(first).values())
+        sid = first.session_id
+        # The consumer moved past what it got: it names the new offsets; nothing else moved.
+        second = fetch(sid, 1, {0: 1, 1: 1, 2: 1})
+        assert second.error_code == ErrorCode.none and second.session_id == sid and moved(second) == {}
+        # Parked with nothing named: woken by an append to partition 1 only, answered with it only.
+        send(1, "b1")
+        third = fetch(sid, 2, {}, wait_ms=5000)
+        assert list(moved(third)) == [1] and moved(third)[1] > 0
+        assert fetch(sid, 2, {}).error_code == ErrorCode.invalid_fetch_session_epoch
+        assert fetch(sid + 1, 1, {}).error_code == ErrorCode.fetch_session_id_not_found
+        sessionless = fetch(0, -1, {0: 0, 1: 0, 2: 0})
+        assert sessionless.session_id == 0 and sorted(moved(sessionless)) == [0, 1, 2]

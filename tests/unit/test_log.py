@@ -550,3 +550,33 @@ def test_the_log_manager_fsyncs_rolled_segments_on_its_flusher_thread(tmp_path: 
 
     rolled_at, recovery_point = asyncio.run(run())
     assert recovery_point == rolled_at
+
+
+def test_reads_at_recent_batch_offsets_match_a_scan_and_survive_truncation(tmp_path: Path) -> None:
+    """S15: a fetch at a recent append's base offset is found without scanning from the index
+    entry (segment's recent positions); the answers are the scan's, before and after truncation."""
+    from broker.log import segment as seg_mod
+
+    log = open_log(tmp_path, LogConfig(index_interval_bytes=1 << 20))
+    for i in range(seg_mod.RECENT_BATCHES + 20):
+        log.append_as_leader(batch([f"v{i}"]), 0, 0)
+    seg = log.segments[-1]
+    scans = 0
+    real_lookup = seg.index.lookup
+
+    def counting_lookup(offset: int) -> tuple[int, int]:
+        nonlocal scans
+        scans += 1
+        return real_lookup(offset)
+
+    seg.index.lookup = counting_lookup  # type: ignore[method-assign]
+    for offset in range(log.log_end_offset):
+        assert values(log.read(offset, 1 << 20)) == [f"v{i}" for i in range(offset, log.log_end_offset)]
+    # Only offsets older than the recent window needed the index and a scan.
+    assert scans == 20
+    assert log.truncate_to(log.log_end_offset - 5)
+    fill(log, 2, per_batch=2)
+    end = log.log_end_offset
+    # Offsets reused after the truncation point to the new batches, never to stale positions.
+    assert values(log.read(end - 4, 1 << 20)) == [f"m{end - 4 + i}" for i in range(4)]
+    assert log.read(end - 3, 1 << 20)[:8] == log.read(end - 4, 1 << 20)[:8]  # the batch holding end-3
