@@ -64,6 +64,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
 from broker.kafka_wire_bounds import check_request
+from broker.kafka_wire_produce import decode_produce, encode_produce_response_v9
 from broker.log.config import TOPIC_CONFIG_NAMES
 from proto import minikafka_pb2 as pb
 from proto.kafka_produce import PARTITION_RESPONSE
@@ -119,11 +120,22 @@ class Header:
 @dataclass(frozen=True, slots=True)
 class Decoded:
     header: Header
-    request: Any  # the kio request dataclass of header.api_version
+    request: Any  # the kio request dataclass of header.api_version (a FastProduce for most Produce)
 
     @property
     def api(self) -> str:
         return SUPPORTED[self.header.api_key][0]
+
+
+@dataclass(frozen=True, slots=True)
+class FastProduce:
+    """A Produce read by ``broker.kafka_wire_produce`` straight into its protobuf (no kio entity)."""
+
+    request: pb.ProduceRequest
+
+    @property
+    def acks(self) -> int:
+        return self.request.acks
 
 
 class UnsupportedVersion(ProtocolError):
@@ -155,6 +167,10 @@ def decode_request(frame: bytes) -> Decoded:
         if h.api_key == API_VERSIONS:
             raise UnsupportedVersion(h)
         raise ProtocolError(f"api key {h.api_key} version {h.api_version} is not supported")
+    if h.api_key == PRODUCE:
+        fast = decode_produce(frame, h.api_version)
+        if fast is not None:
+            return Decoded(h, FastProduce(fast))
     cls = _request_class(h.api_key, h.api_version)
     try:
         # kio's compiled reader would reserve memory for whatever count the frame claims (and abort
@@ -193,9 +209,12 @@ _NO_RECORD_ERRORS: Final = _I32.pack(0)
 
 def encode_produce_response(header: Header, resp: pb.ProduceResponse) -> bytes | None:
     """The size-prefixed Produce response frame of ``resp``, byte for byte what
-    ``encode_response(header, from_pb(...))`` writes, for versions 5-8; None for the others.
+    ``encode_response(header, from_pb(...))`` writes, for versions 5-9 (9: broker.kafka_wire_produce); None for the others.
     ValueError when a string does not fit its int16 length (kio refuses those too)."""
     version = header.api_version
+    if version == 9:
+        return encode_produce_response_v9(header.correlation_id, resp, _KNOWN_ERROR_CODES,
+                                          ErrorCode.unknown_server_error)
     if version not in _PRODUCE_FAST_VERSIONS:
         return None
     v8 = version >= 8
@@ -373,6 +392,8 @@ def _isolation(r: Any) -> Any:
 
 
 def _produce(r: Any, _h: Header) -> Plan:
+    if isinstance(r, FastProduce):
+        return [("Produce", r.request)]
     return [("Produce", pb.ProduceRequest(
         transactional_id=_s(r.transactional_id), acks=r.acks, timeout_ms=ms(r.timeout),
         topics=[pb.ProduceTopicData(name=t.name, partitions=[

@@ -108,8 +108,8 @@ def broker_answers(draw: st.DrawFn) -> pb.ProduceResponse:
 def test_the_broker_writes_produce_answers_as_kio_does(resp: pb.ProduceResponse, cid: int, version: int) -> None:
     header = kw.Header(kw.PRODUCE, version, cid, "p")
     fast = kw.encode_produce_response(header, resp)
-    if version not in range(5, 9):
-        assert fast is None  # flexible v9 and the oldest versions: through kio
+    if version not in range(5, 10):
+        assert fast is None  # the oldest versions: through kio
         return
     d = kw.Decoded(header, None)
     assert fast == kw.encode_response(header, kw.from_pb(d, [resp])) == kw.encode_answer(d, [resp])
@@ -123,3 +123,90 @@ def test_an_error_message_too_long_for_its_int16_length_is_refused_as_kio_refuse
         kw.encode_produce_response(header, resp)
     with pytest.raises(SerialError):
         kw.encode_response(header, kw.from_pb(kw.Decoded(header, None), [resp]))
+    # v9's compact strings have a varint length: kio writes it, and so does the fast writer.
+    header = kw.Header(kw.PRODUCE, 9, 1, "p")
+    d = kw.Decoded(header, None)
+    assert kw.encode_produce_response(header, resp) == kw.encode_response(header, kw.from_pb(d, [resp]))
+
+
+# ------------------------------------------------------------------ requests read without kio (S15)
+
+def _kio_frame(req: pb.ProduceRequest, version: int, cid: int, client: str, null_records: set[int]) -> bytes:
+    """``req`` as a Kafka client writes Produce ``version`` (kio's writer)."""
+    from kafka_frames import frame
+
+    return frame(0, version, {
+        "transactional_id": req.transactional_id or None, "acks": req.acks, "timeout": req.timeout_ms,
+        "topic_data": [{"name": t.name, "partition_data": [
+            {"index": p.partition, "records": None if p.partition in null_records else p.records}
+            for p in t.partitions]} for t in req.topics]}, correlation_id=cid, client_id=client)
+
+
+def _through_kio(frame: bytes) -> pb.ProduceRequest:
+    h = kw.peek_header(frame)
+    cls = kw._request_class(h.api_key, h.api_version)
+    from kio.serial import entity_reader
+
+    from broker.kafka_wire_bounds import check_request
+
+    check_request(cls.__header_schema__, cls, frame)
+    _header, size = entity_reader(cls.__header_schema__)(frame, 0)
+    request, _n = entity_reader(cls)(frame, size)
+    (_api, got), = kw.to_pb(kw.Decoded(h, request))
+    return got
+
+
+@settings(max_examples=300, deadline=None)
+@given(produce_requests(), st.integers(3, 9), st.integers(0, 2**31 - 1), names,
+       st.sets(st.integers(0, 1000), max_size=2), st.sampled_from(["", "txn-1"]))
+def test_the_fast_reader_reads_every_version_as_kio_does(req: pb.ProduceRequest, version: int, cid: int, client: str,
+                                                         null_records: set[int], txn: str) -> None:
+    from broker.kafka_wire_produce import decode_produce
+
+    req.transactional_id = txn
+    frame = _kio_frame(req, version, cid, client, null_records)
+    fast = decode_produce(frame, version)
+    assert fast is not None
+    assert fast.SerializeToString(deterministic=True) == _through_kio(frame).SerializeToString(deterministic=True)
+    d = kw.decode_request(frame)
+    assert isinstance(d.request, kw.FastProduce) and d.request.acks == req.acks
+    (_api, got), = kw.to_pb(d)
+    assert got is fast or got == fast
+
+
+@settings(max_examples=500, deadline=None)
+@given(produce_requests(), st.integers(3, 9), st.data())
+def test_the_fast_reader_never_takes_a_frame_kio_refuses(req: pb.ProduceRequest, version: int,
+                                                        data: st.DataObject) -> None:
+    """Cut, grown or corrupted frames: the fast reader either declines (kio decides) or reads what kio reads."""
+    from broker.kafka_wire_produce import decode_produce
+
+    frame = bytearray(_kio_frame(req, version, 1, "c", set()))
+    kind = data.draw(st.sampled_from(["cut", "flip", "grow"]))
+    if kind == "cut":
+        frame = frame[:data.draw(st.integers(0, len(frame) - 1))]
+    elif kind == "flip":
+        for _ in range(data.draw(st.integers(1, 4))):
+            i = data.draw(st.integers(10, len(frame) - 1))
+            frame[i] = data.draw(st.integers(0, 255))
+    else:
+        frame += data.draw(st.binary(min_size=1, max_size=8))
+    fast = decode_produce(bytes(frame), version)
+    if fast is None:
+        return
+    try:
+        slow = _through_kio(bytes(frame))
+    except Exception as e:  # kio refuses: the fast reader must have refused too
+        raise AssertionError(f"the fast reader took a frame kio refuses ({e!r})") from None
+    assert fast.SerializeToString(deterministic=True) == slow.SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize("version", [7, 9])
+def test_a_forged_count_is_declined_without_reserving_anything(version: int) -> None:
+    from broker.kafka_wire_produce import decode_produce
+
+    frame = _kio_frame(pb.ProduceRequest(acks=-1, timeout_ms=5), version, 1, "c", set())
+    # The topic count sits right after acks and timeout; claim 2**31 - 1 (or a huge varint) topics.
+    head = frame[:-1] if version >= 9 else frame[:-4]
+    tail = b"\xff\xff\xff\xff\x07" if version >= 9 else struct.pack(">i", 0x7FFFFFFF)
+    assert decode_produce(head[:len(head) - (1 if version >= 9 else 0)] + tail, version) is None
