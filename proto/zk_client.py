@@ -532,6 +532,36 @@ class KafkaZkClient:
             return None
         return TopicZNode.decode(topic, data), int(stat.version)
 
+    def get_assignments_with_versions(self, topics: Sequence[str]) -> dict[str, tuple[dict[int, list[int]], int]]:
+        """Every topic's assignment and znode version, read pipelined (a vanished topic is absent)."""
+        found = self._get_many([TopicZNode.path(t) for t in topics])
+        return {t: (TopicZNode.decode(t, v[0]), v[1]) for t in topics
+                if (v := found.get(TopicZNode.path(t))) is not None}
+
+    def _get_many(self, paths: Sequence[str]) -> dict[str, tuple[bytes, int] | None]:
+        """Read ``paths`` pipelined (Kafka 1.1's async ZooKeeper reads: all requests out, then the
+        answers), so that thousands of znodes cost a few round trips' latency, not thousands. None
+        for a path that does not exist; a read lost to a connection blip is retried alone."""
+        get_async = getattr(self.zk, "get_async", None)
+        out: dict[str, tuple[bytes, int] | None] = {}
+        if get_async is None:  # the simulation's client: one at a time
+            for path in paths:
+                out[path] = self._read(path)
+            return out
+        for start in range(0, len(paths), 1000):
+            pending = [(path, get_async(path)) for path in paths[start:start + 1000]]
+            for path, result in pending:
+                try:
+                    data, stat = result.get(timeout=self.connection_timeout_s)
+                except NoNodeError:
+                    out[path] = None
+                    continue
+                except (ConnectionLoss, OperationTimeoutError):
+                    out[path] = self._read(path)  # retried like every other read
+                    continue
+                out[path] = (data, int(stat.version))
+        return out
+
     def get_topics_to_delete(self, watch: Callable[..., Any] | None = None) -> list[str]:
         return sorted(self._r(self.zk.get_children, DeleteTopicsZNode.PATH, watch=watch))
 
@@ -549,6 +579,16 @@ class KafkaZkClient:
         except NoNodeError:
             return None
         return TopicPartitionStateZNode.decode(topic, partition, data, int(stat.version))
+
+    def get_partition_states(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], LeaderIsrAndControllerEpoch]:
+        """The state znodes of ``tps``, read pipelined (see ``_get_many``); absent ones are left out."""
+        found = self._get_many([TopicPartitionStateZNode.path(t, p) for t, p in tps])
+        out: dict[tuple[str, int], LeaderIsrAndControllerEpoch] = {}
+        for t, p in tps:
+            v = found.get(TopicPartitionStateZNode.path(t, p))
+            if v is not None:
+                out[(t, p)] = TopicPartitionStateZNode.decode(t, p, v[0], v[1])
+        return out
 
     def create_partition_state(self, topic: str, partition: int, state: LeaderIsrAndControllerEpoch) -> int | None:
         """Returns the new zk_version, or None if the state znode already exists."""

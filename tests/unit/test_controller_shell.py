@@ -213,3 +213,43 @@ def test_an_election_that_failed_is_tried_again() -> None:
     h.fire_timers()
     h.run()
     assert h.controller.active
+
+
+def test_a_failover_whose_resume_conflicts_half_way_loads_again_instead_of_resigning(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29: resuming thousands of partitions takes several multis, and a leader shrinking an
+    ISR meanwhile can fail a later one (PartialCommitError). The controller resigned and a second
+    election followed (controller epoch +2 for one kill, 29 s at 10,000 partitions). Now it loads
+    again at the same epoch and resumes from what was applied."""
+    import proto.zk_client as zk_client
+    from proto.zk_data import LeaderAndIsr, LeaderIsrAndControllerEpoch
+
+    monkeypatch.setattr(zk_client, "MAX_MULTI_BYTES", 1500)
+    h = Harness()
+    admin = h.gateway("admin2")[0]
+    admin.create_topic("big", {p: [3, 1, 2] for p in range(40)}, {})
+    for p in range(40):  # led by broker 3 under an earlier controller
+        admin.create_partition_state("big", p, LeaderIsrAndControllerEpoch(LeaderAndIsr(3, 0, (3, 1, 2), 0), 0))
+    h.kill(3)
+    commits: list[int] = []
+    real = zk_client.KafkaZkClient._commit_multi
+
+    def racing_commit(self, epoch_zk_version, writes, guard):  # type: ignore[no-untyped-def]
+        commits.append(len(writes))
+        if len(commits) == 2:
+            # A leader changes a partition state of this very multi just before it goes out.
+            path = next(w.path for w in reversed(writes) if w.path.endswith("/state"))
+            data, _stat = h.brokers[1].get(path)
+            h.brokers[1].set(path, data)
+        return real(self, epoch_zk_version, writes, guard)
+
+    monkeypatch.setattr(zk_client.KafkaZkClient, "_commit_multi", racing_commit)
+    h.controller.start()
+    h.run()
+    assert len(commits) > 2, "the resume did not take several multis"
+    assert h.controller.active and h.controller.resignations == 0
+    gw = h.gateway("check")[0]
+    epoch = gw.get_controller_epoch()
+    assert epoch is not None and epoch[0] == 1  # one election
+    for p in range(40):
+        st = gw.get_partition_state("big", p)
+        assert st is not None and st.leader_and_isr.leader in (1, 2) and 3 not in st.leader_and_isr.isr
