@@ -511,10 +511,7 @@ class KafkaController:
         ctx = s.ctx
         ctx.assignments[topic], ctx.assignment_versions[topic] = loaded
         ctx.topic_configs[topic] = self.zk.get_topic_config(topic)
-        for p in loaded[0]:
-            st = self.zk.get_partition_state(topic, p)
-            if st is not None:
-                ctx.leadership[(topic, p)] = st
+        ctx.leadership.update(self.zk.get_partition_states([(topic, p) for p in loaded[0]]))  # pipelined
 
     def _arm_watches(self) -> None:
         """The active controller's watches (S9.2); a later call replaces them, _resign stops them."""
