@@ -641,9 +641,10 @@ class Log:
         """fsync every segment at or after the recovery point and the epoch checkpoint if dirty (even
         an entry at the LEO: a clean shutdown flushes, and a clean start trusts the file); advance
         the recovery point."""
-        i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
-        for seg in self._segments[i:]:
-            seg.flush()
+        if self.recovery_point < self.log_end_offset:  # else everything written was fsynced already
+            i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+            for seg in self._segments[i:]:
+                seg.flush()
         if self._epochs_dirty_from is not None:
             self._checkpoint_epochs()
         self._advance_recovery_point(self.log_end_offset)

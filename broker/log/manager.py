@@ -272,10 +272,15 @@ class LogManager:
     # ------------------------------------------------------------ shutdown
 
     def shutdown(self) -> None:
-        """Flush and close every log, write all checkpoints, then the clean-shutdown marker."""
-        for log in self._logs.values():
-            log.flush()
-            log.close()
+        """Flush and close every log, write all checkpoints, then the clean-shutdown marker.
+
+        The logs are flushed by SHUTDOWN_FLUSH_THREADS threads (Kafka's per-directory recovery
+        threads): with thousands of logs, one fsync after another (segments, leader-epoch
+        checkpoints) took 10-30 s, while an fsync releases the GIL and the disk takes them in parallel."""
+        logs = list(self._logs.values())
+        if logs:
+            with ThreadPoolExecutor(min(SHUTDOWN_FLUSH_THREADS, len(logs)), thread_name_prefix="log-shutdown") as pool:
+                list(pool.map(_flush_and_close, logs))  # re-raises the first failure
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
@@ -318,3 +323,11 @@ def _read_offsets_or_empty(path: Path) -> dict[TopicPartition, int] | None:
     except CorruptCheckpointError as e:
         logger.warning("ignoring unreadable checkpoint: %s", e)
         return None
+
+
+SHUTDOWN_FLUSH_THREADS = 8
+
+
+def _flush_and_close(log: Log) -> None:
+    log.flush()
+    log.close()
