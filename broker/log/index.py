@@ -114,7 +114,10 @@ class OffsetIndex:
         self._truncate_entries(0)
 
     def flush(self) -> None:
-        if self._persisted == len(self._rel) and self.path.exists():
+        # Nothing new: no write, no fsync, not even a stat. An index never written has no entries,
+        # so its segment is empty and loading it without a file costs nothing (a clean shutdown of
+        # 10,000 idle partitions created and fsynced 20,000 empty index files).
+        if self._persisted == len(self._rel):
             return
         buf = b"".join(OFFSET_ENTRY.pack(self._rel[i], self._pos[i])
                        for i in range(self._persisted, len(self._rel)))
@@ -200,7 +203,7 @@ class TimeIndex:
         self.truncate_to(self.base_offset)
 
     def flush(self) -> None:
-        if self._persisted == len(self._ts) and self.path.exists():
+        if self._persisted == len(self._ts):  # nothing new (see OffsetIndex.flush)
             return
         buf = b"".join(TIME_ENTRY.pack(self._ts[i], self._rel[i]) for i in range(self._persisted, len(self._ts)))
         with open(self.path, "r+b" if self.path.exists() else "wb") as f:

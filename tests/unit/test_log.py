@@ -595,3 +595,18 @@ def test_flushing_a_log_with_nothing_unflushed_makes_no_fsync(tmp_path: Path, mo
     calls.clear()
     log.flush()
     assert calls == [] and log.recovery_point == log.log_end_offset
+
+
+def test_an_empty_log_closes_without_index_files_and_reopens_cleanly(tmp_path: Path) -> None:
+    """Closing an idle partition writes (and fsyncs) nothing for its empty indexes (issue 29); a clean
+    reopen without them works, and appends and reads as before."""
+    log = open_log(tmp_path)
+    log.flush()
+    log.close()
+    assert not list((tmp_path / "topic-0").glob("*index"))
+    log = open_log(tmp_path, clean_shutdown=True)
+    fill(log, 3)
+    log.close()
+    assert list((tmp_path / "topic-0").glob("*.index"))
+    log = open_log(tmp_path, clean_shutdown=True)
+    assert log.log_end_offset == 9 and values(log.read(3, 1 << 20))[0] == "m3"
