@@ -203,14 +203,17 @@ class LogManager:
         log = self._logs.get(tp)
         if log is not None:
             return log
-        # The directory holding the fewest logs gets the new one, as Kafka does.
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        d = min(self.log_dirs, key=lambda x: counts[x])
+        # The directory holding the fewest logs gets the new one, as Kafka does (counted only when
+        # there is a choice: a walk over every log per new log made creating 10,000 quadratic).
+        d = self.log_dirs[0]
+        if len(self.log_dirs) > 1:
+            counts = {d: 0 for d in self.log_dirs}
+            for x in self._dir_of.values():
+                counts[x] += 1
+            d = min(self.log_dirs, key=lambda x: counts[x])
         log = Log.open(self._replica_dir(d, topic, partition), topic, partition,
                        config or self._config_for_topic(topic), now_ms=now_ms)
-        fsync_dir(d)
+        log.parent_dir_unsynced = True  # fsynced with its first flush (see Log.parent_dir_unsynced)
         self._defer(log)
         self._logs[tp] = log
         self._dir_of[tp] = d
