@@ -27,10 +27,16 @@ Every boundary distrusts its input (SPEC S12, S13):
 * a frame's size must lie between a header's and ``socket.request.max.bytes``;
 * the bytes of frames being read or answered, over every connection of every
   Kafka listener of the broker, stay within ``queued.max.request.bytes``
-  (Kafka's memory pool): a connection whose next frame does not fit waits
-  (Kafka mutes it) and is closed if room does not come within
-  ``request.timeout.ms`` - so ``max.connections`` clients each announcing a
-  100 MB frame cannot take 100 GB;
+  (Kafka's memory pool, ``ByteBudget``), reserved as they *arrive*
+  (``_read_body``), never for what a size prefix only announces: a connection
+  whose bytes do not fit is not read further (Kafka mutes it; TCP holds the
+  sender) and is closed if room does not come within ``request.timeout.ms`` -
+  so ``max.connections`` clients each sending 100 MB frames cannot take
+  100 GB, and clients that announce 100 MB frames and send 10 bytes hold 10
+  bytes each, not the pool (they held it until ``request.timeout.ms``, and
+  every other client's request waited). One connection holds at most
+  ``connection_cap`` of the pool, its unwritten answers included, and a
+  connection not yet authenticated at most its small pre-authentication frame;
 * a frame that does not decode, names an API or version that ApiVersions did
   not advertise, or that the translation cannot answer closes *that*
   connection (Kafka's behaviour on a protocol violation) and nothing else;
@@ -95,6 +101,10 @@ from broker.security.principal import (
 
 log = logging.getLogger(__name__)
 
+# The most of a frame's body read from the socket at once: the bytes a connection waiting for room
+# holds beyond its reservation (besides asyncio's stream buffer, which stops reading at 128 KiB).
+READ_CHUNK_BYTES = 64 * 1024
+
 # Unanswered pipelined Produce requests per connection (as a gRPC ProduceStream's
 # PRODUCE_STREAM_MAX_IN_FLIGHT; Kafka's producers keep 5 in flight by default).
 PIPELINED_PRODUCE_MAX = 32
@@ -106,6 +116,17 @@ class _Pending:
     decoded: kafka_wire.Decoded
     produced: asyncio.Task[Any]  # KafkaApis.begin_produce's task: the typed ProduceResponse
     size: int  # its frame's bytes, held in the memory pool until the answer is written
+
+
+class _Connection:
+    """One connection, as the holder of its bytes in the memory pool (``ByteBudget.acquire_arrived``)."""
+    __slots__ = ("host",)
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+    def __repr__(self) -> str:
+        return f"<connection from {self.host}>"
 
 
 @dataclass(frozen=True)
@@ -132,6 +153,14 @@ class KafkaListener:
         self.limits = limits
         # Shared by every Kafka listener of a broker (the server passes one), like Kafka's memory pool.
         self.budget = budget if budget is not None else ByteBudget(limits.queued_max_request_bytes)
+        # One connection's share of the pool: frames being read and answers not written yet. At least
+        # one frame of socket.request.max.bytes (less would refuse a legal request), beyond that no
+        # more than its fair share with every connection open - so one pipelining client cannot take
+        # the pool from the others (with the defaults, 100 MB of 200 MB). Kafka has no such cap: it
+        # mutes a channel the pool cannot serve, and by default has no pool at all; ours is shared.
+        pool = self.budget.limit
+        self.connection_cap = -1 if pool < 0 else max(limits.max_frame_bytes,
+                                                      pool // max(1, limits.max_connections))
         self.tls = tls
         self.sasl = sasl
         self.broker_prefix = broker_prefix
@@ -200,23 +229,25 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
         ctx = self._context(writer, host)
+        conn = _Connection(host)  # holds this connection's bytes in the memory pool
         answers: asyncio.Queue[_Pending] = asyncio.Queue()
         room = asyncio.Semaphore(PIPELINED_PRODUCE_MAX)
         broken: list[bool] = []  # set by the answer writer when it gave up on the connection
         answer_writer = asyncio.get_running_loop().create_task(
-            self._write_answers(answers, room, writer, host, broken))
+            self._write_answers(answers, room, writer, conn, broken))
         try:
-            await self._serve_frames(reader, writer, host, ctx, answers, room, broken)
+            await self._serve_frames(reader, writer, conn, ctx, answers, room, broken)
         finally:
             answer_writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await answer_writer
             while not answers.empty():  # unwritten answers: their appends stand, their bytes go back
-                await self.budget.release(answers.get_nowait().size)
+                await self.budget.release_held(conn, answers.get_nowait().size)
 
-    async def _serve_frames(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str,
+    async def _serve_frames(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Connection,
                             ctx: RequestContext, answers: asyncio.Queue[_Pending], room: asyncio.Semaphore,
                             broken: list[bool]) -> None:
+        host = conn.host
         session = SaslSession(self.sasl) if self.sasl is not None else None
         lim = self.limits
         # The whole SASL exchange, from the end of the TLS handshake.
@@ -244,18 +275,12 @@ class KafkaListener:
             body_wait = lim.request_timeout_ms / 1000.0
             if pending:
                 body_wait = max(0.0, min(body_wait, auth_deadline - time.monotonic()))
-            # Room for the frame before reading it: a frame is held until its answer is written.
-            if not await self.budget.acquire(size, body_wait):
-                log.info("%s: closing the connection from %s: no room for a %d-byte frame within %.1f s "
-                         "(queued.max.request.bytes)", self.listener.name, host, size, body_wait)
+            # Before authentication a connection holds its one small frame at most: `most`.
+            frame = await self._read_body(reader, conn, size, body_wait, most if pending else self.connection_cap)
+            if frame is None:
                 return
             held = True  # the frame's bytes, until released below or handed to the answer writer
             try:
-                try:
-                    async with asyncio.timeout(body_wait):
-                        frame = await reader.readexactly(size)
-                except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
-                    return
                 if not pending and self.pipelines_produce and kafka_wire.api_key_of(frame) == kafka_wire.PRODUCE:
                     started = await self._begin_produce(frame, ctx, host, size, room, broken)
                     if started is None:
@@ -284,9 +309,49 @@ class KafkaListener:
                     await writer.drain()
             finally:
                 if held:
-                    await self.budget.release(size)
+                    await self.budget.release_held(conn, size)
             if close:
                 return
+
+    async def _read_body(self, reader: asyncio.StreamReader, conn: _Connection, size: int, timeout_s: float,
+                         cap: int) -> bytes | None:
+        """A frame's ``size``-byte body, its bytes reserved in the memory pool as they arrive (held by
+        ``conn`` from then on, until released); None - and nothing held - when the connection is to
+        be closed: the body did not arrive in full within ``timeout_s``, the peer went away, or room
+        did not come for bytes that did arrive (``conn`` within ``cap``).
+
+        Only what arrived is reserved: a client that announces a big frame and sends a few bytes
+        holds those bytes. What is in memory is what is reserved, plus at most one chunk
+        (``READ_CHUNK_BYTES``) waiting for room and what asyncio's stream reader buffers before it
+        stops reading the socket (twice its 64 KiB limit)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        chunks: list[bytes] = []
+        got = 0
+        try:
+            while got < size:
+                try:
+                    # asyncio.timeout_at, not wait_for: wait_for makes a task of every read it bounds.
+                    async with asyncio.timeout_at(deadline):
+                        # What has arrived, within this frame (one read for most frames).
+                        chunk = await reader.read(min(size - got, READ_CHUNK_BYTES))
+                except (ConnectionError, TimeoutError):
+                    return None  # the peer went away, or the frame did not arrive within request.timeout.ms
+                if not chunk:
+                    return None  # closed by the peer mid-frame
+                if not await self.budget.acquire_arrived(conn, len(chunk), deadline - loop.time(), cap):
+                    log.info("%s: closing the connection from %s: no room within %.1f s for %d more bytes of a "
+                             "%d-byte frame (queued.max.request.bytes)", self.listener.name, conn.host,
+                             timeout_s, len(chunk), size)
+                    return None
+                chunks.append(chunk)
+                got += len(chunk)
+        finally:
+            if got == size:
+                self.budget.arrived_whole(conn)
+            else:  # closing (or cancelled) mid-frame: what it took goes back
+                await self.budget.abandon(conn)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _begin_produce(self, frame: bytes, ctx: RequestContext, host: str, size: int,
                              room: asyncio.Semaphore, broken: list[bool]) -> _Pending | bool | None:
@@ -319,8 +384,9 @@ class KafkaListener:
         return _Pending(d, produced, size)
 
     async def _write_answers(self, answers: asyncio.Queue[_Pending], room: asyncio.Semaphore,
-                             writer: asyncio.StreamWriter, host: str, broken: list[bool]) -> None:
+                             writer: asyncio.StreamWriter, conn: _Connection, broken: list[bool]) -> None:
         """Write the pipelined Produce answers in arrival order, each once its acks are in."""
+        host = conn.host
         while True:
             item = await answers.get()
             try:
@@ -349,7 +415,7 @@ class KafkaListener:
                 broken.append(True)
                 writer.close()
             finally:
-                await self.budget.release(item.size)
+                await self.budget.release_held(conn, item.size)
                 room.release()
                 answers.task_done()
 

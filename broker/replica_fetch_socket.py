@@ -24,8 +24,11 @@ It is an inter-broker listener, so it distrusts what crosses it exactly as the o
 (SPEC S12, S13), through the Kafka listener's socket server (``broker.kafka_listener``): mutual
 TLS with a certificate signed by the cluster CA (a handshake that fails or does not finish within
 ``request.timeout.ms`` never reaches the frame reader); frame sizes bounded by
-``socket.request.max.bytes`` and the frames held at once by the Kafka listeners' memory pool
-(``queued.max.request.bytes``); ``max.connections``; idle and half-sent frames closed; a frame
+``socket.request.max.bytes`` and the frames held at once by a memory pool of
+``queued.max.request.bytes`` - its own, not the Kafka listeners' (the server gives it one): client
+traffic filling the client listeners' pool must not hold up replication, and with it every acks=all
+produce (SPEC S15.2; Kafka serves the replication listener on processors of its own);
+``max.connections``; idle and half-sent frames closed; a frame
 that is not a FollowerFetch v0 or does not parse closes its connection. A request from a
 certificate that is not a broker's, or that fetches as a consumer, gets its typed error
 (CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST) in the response; the rest (the replica id must be

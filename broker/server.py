@@ -220,8 +220,10 @@ class KafkaServer:
         self.replica_fetch_port = 0
         self.replica_fetch_listener: ReplicaFetchListener | None = None
         if cfg.replica_fetch_listener_port >= 0:
+            # A pool of its own: clients filling the Kafka listeners' pool must not starve replication
+            # (and so every acks=all produce); Kafka serves its replication listener on its own processors.
             rfl = ReplicaFetchListener(cfg.inter_broker_listener.host, cfg.replica_fetch_listener_port, self.apis,
-                                       limits, frame_budget, self.gate.replica_fetch_tls(),
+                                       limits, ByteBudget(cfg.queued_max_request_bytes), self.gate.replica_fetch_tls(),
                                        cfg.broker_principal_prefix)
             self.replica_fetch_port = await rfl.start()
             self.replica_fetch_listener = rfl
