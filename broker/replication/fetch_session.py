@@ -123,8 +123,9 @@ class FetchSession:
     partitions: dict[TopicPartition, CachedPartition] = field(default_factory=dict)
     # Partitions to read on the next answer (named, or marked since the last answer).
     dirty: set[TopicPartition] = field(default_factory=set)
-    # Partitions marked since a parked fetch last looked (see take_fresh).
-    fresh: list[TopicPartition] = field(default_factory=list)
+    # Partitions marked since a parked fetch last looked (see take_fresh) - dirty or not: a parked
+    # fetch puts its unready candidates back in ``dirty``, and a mark must still wake it.
+    fresh: set[TopicPartition] = field(default_factory=set)
     closed: bool = False
 
     @property
@@ -139,10 +140,10 @@ class FetchSession:
         self.fresh.clear()
         return out
 
-    def take_fresh(self) -> list[TopicPartition]:
+    def take_fresh(self) -> set[TopicPartition]:
         """Partitions marked since the last call (or answer): a parked fetch re-checks only these."""
         out = self.fresh
-        self.fresh = []
+        self.fresh = set()
         return out
 
 
@@ -221,9 +222,8 @@ class FetchSessionCache:
             return []
         for sid in ids:
             s = self.sessions[sid]
-            if tp not in s.dirty:
-                s.dirty.add(tp)
-                s.fresh.append(tp)
+            s.dirty.add(tp)
+            s.fresh.add(tp)
         return list(ids)
 
     def remove(self, session_id: int) -> FetchSession | None:
