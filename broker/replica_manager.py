@@ -53,6 +53,12 @@ E = pb.ErrorCode
 DEBUGGING_REPLICA_ID = -2
 
 
+# ISR changes are told to the controller at most this often, in notifications of at most this many
+# partitions (~30 bytes each: well within a znode's 1 MiB).
+ISR_CHANGE_BATCH_MS = 100
+ISR_CHANGE_BATCH_MAX = 5000
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -95,6 +101,8 @@ class ReplicaManager:
         self.produce_purgatory = Purgatory("produce")
         self.fetcher_manager: FetcherManagerProtocol | None = None
         self._isr_writes: set[asyncio.Task[None]] = set()
+        self._isr_changed: set[TopicPartition] = set()
+        self._isr_notifier: asyncio.Task[None] | None = None
         self.isr_shrinks = 0
         # Record bytes produced to (every Produce's) and fetched from this broker (consumers and
         # followers): Kafka's BytesIn/BytesOut, exported at scrape time by broker.observability.
@@ -872,10 +880,25 @@ class ReplicaManager:
         log.info("%s-%d: ISR %s -> %s at zk_version %d (%s)", p.topic, p.partition, list(p.isr), list(new_isr),
                  decision.zk_version, reason, extra=event("isr_expand" if grew else "isr_shrink", *p.tp))
         self._set_isr(p, new_isr, decision.zk_version)
-        try:
-            await asyncio.to_thread(self.zk.create_isr_change_notification, [TopicPartitionId(p.topic, p.partition)])
-        except Exception as e:
-            log.warning("cannot notify the controller of an ISR change: %s", e)
+        self._isr_changed.add(p.tp)
+        if self._isr_notifier is None or self._isr_notifier.done():
+            self._isr_notifier = asyncio.get_running_loop().create_task(self._propagate_isr_changes())
+
+    async def _propagate_isr_changes(self) -> None:
+        """Tell the controller of ISR changes in batches (Kafka's maybePropagateIsrChanges): one
+        notification znode per ISR_CHANGE_BATCH_MS, not one per change - a restarted broker rejoining
+        thousands of ISRs wrote thousands, which the controller then read one by one."""
+        await asyncio.sleep(ISR_CHANGE_BATCH_MS / 1000.0)
+        while self._isr_changed:
+            batch = sorted(self._isr_changed)[:ISR_CHANGE_BATCH_MAX]
+            self._isr_changed.difference_update(batch)
+            try:
+                await asyncio.to_thread(self.zk.create_isr_change_notification,
+                                        [TopicPartitionId(t, p) for t, p in batch])
+            except Exception as e:  # ZooKeeper unreachable: keep them, try again shortly
+                log.warning("cannot notify the controller of %d ISR changes: %s", len(batch), e)
+                self._isr_changed.update(batch)
+                await asyncio.sleep(1.0)
 
     def checkpoint_high_watermarks(self) -> None:
         self.log_manager.checkpoint_high_watermarks()

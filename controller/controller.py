@@ -691,7 +691,8 @@ class KafkaController:
         if not notifications:
             return
         changed = {(tpid.topic, tpid.partition) for _path, tps in notifications for tpid in tps}
-        states = {tp: self.zk.get_partition_state(*tp) for tp in sorted(changed)}
+        found = self.zk.get_partition_states(sorted(changed))  # pipelined
+        states = {tp: found.get(tp) for tp in sorted(changed)}
 
         def plan(s: Scope) -> None:
             ctx = s.ctx

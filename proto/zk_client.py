@@ -735,15 +735,11 @@ class KafkaZkClient:
 
     def get_isr_change_notifications(self) -> list[tuple[str, list[TopicPartitionId]]]:
         """(path, partitions) of every pending notification; the controller deletes them after use."""
-        out = []
-        for child in sorted(self._r(self.zk.get_children, IsrChangeNotificationZNode.PATH)):
-            path = f"{IsrChangeNotificationZNode.PATH}/{child}"
-            try:
-                data, _ = self._r(self.zk.get, path)
-            except NoNodeError:
-                continue
-            out.append((path, IsrChangeNotificationZNode.decode(data)))
-        return out
+        paths = [f"{IsrChangeNotificationZNode.PATH}/{child}"
+                 for child in sorted(self._r(self.zk.get_children, IsrChangeNotificationZNode.PATH))]
+        found = self._get_many(paths)  # pipelined: thousands pile up after a broker restarts
+        return [(path, IsrChangeNotificationZNode.decode(v[0])) for path in paths
+                if (v := found.get(path)) is not None]
 
     def _subtree(self, path: str) -> list[str]:
         """``path`` and everything under it, children first (what a recursive delete removes)."""

@@ -49,7 +49,7 @@ def test_followers_fetch_incrementally_and_idle_partitions_stay_in_sync(cluster)
         assert incremental > 10 * full, (b, full, incremental)
 
 
-def test_a_restarted_leaders_sessions_are_rebuilt_without_losing_records(cluster) -> None:  # type: ignore[no-untyped-def]
+def test_a_restarted_leaders_sessions_are_rebuilt_without_losing_records(cluster, zk_client) -> None:  # type: ignore[no-untyped-def]
     c = cluster.start(3)
     view = cluster.view()
     assert create_topic(view, "fr", partitions=PARTITIONS, replication_factor=3).error_code == E.NONE
@@ -60,11 +60,18 @@ def test_a_restarted_leaders_sessions_are_rebuilt_without_losing_records(cluster
     before = {b: scrape(u)['minikafka_replica_fetches_total{kind="full"}'] for b, u in urls.items() if b != victim}
     c.signal(victim, "KILL")
     c.wait_for_exit(victim)
+    wait_for(lambda: (view.refresh(), all(victim not in isr_of(view, "fr", p) for p in range(PARTITIONS)))[1],
+             timeout_s=60)
+    _data, before_rejoin = zk_client.get("/isr_change_notification")
     c.start(victim)
     # Back in every ISR: it fetched from the others, and (once leaders again, or as followers) the
     # others' fetchers, whose sessions with it died, started over with full fetches.
     wait_for(lambda: (view.refresh(), all(len(isr_of(view, "fr", p)) == 3 for p in range(PARTITIONS)))[1],
              timeout_s=60)
+    # The leaders told the controller of the 30 ISR expansions in a few batched notifications
+    # (each one a child created and deleted), not one each.
+    _data, after_rejoin = zk_client.get("/isr_change_notification")
+    assert after_rejoin.cversion - before_rejoin.cversion <= 2 * 8, (before_rejoin.cversion, after_rejoin.cversion)
     for b, full_before in before.items():
         assert scrape(urls[b])['minikafka_replica_fetches_total{kind="full"}'] > full_before
     _produce_everywhere(view, "fr", "b")
