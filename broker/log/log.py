@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -193,15 +194,20 @@ class Log:
         return log
 
     def _load(self, now_ms: int, recovery_point: int, log_start_offset: int, clean: bool) -> None:
-        for stale in self.dir.glob("*.tmp"):
-            stale.unlink()
-        bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.dir.glob("*" + LOG_SUFFIX)
-                       if p.name[: -len(LOG_SUFFIX)].isdigit())
+        # One listing, not a glob per kind of file: creating 10,000 logs spent a third of their
+        # time in four globs of each (empty) new directory.
+        names = os.listdir(self.dir)
+        for name in names:
+            if name.endswith(".tmp"):
+                (self.dir / name).unlink()
+        bases = sorted(int(n[: -len(LOG_SUFFIX)]) for n in names
+                       if n.endswith(LOG_SUFFIX) and n[: -len(LOG_SUFFIX)].isdigit())
         # Index files without a data file are leftovers of a deleted segment.
-        for idx in list(self.dir.glob("*.index")) + list(self.dir.glob("*.timeindex")):
-            stem = idx.name.split(".")[0]
-            if stem.isdigit() and int(stem) not in bases:
-                idx.unlink()
+        for name in names:
+            if name.endswith((".index", ".timeindex")):
+                stem = name.split(".")[0]
+                if stem.isdigit() and int(stem) not in bases:
+                    (self.dir / name).unlink()
         # Segments below the recovery point were flushed; from the segment
         # holding it onwards everything must be re-validated after a crash.
         first_unflushed = len(bases)

@@ -69,6 +69,7 @@ class LogManager:
         if not log_dirs:
             raise KafkaStorageError("at least one log directory is required")
         self.log_dirs = [Path(d) for d in log_dirs]
+        self._resolved_dirs: dict[Path, Path] = {}
         self.default_config = default_config
         self._config_for_topic = config_for_topic or (lambda _topic: default_config)
         self._logs: dict[TopicPartition, Log] = {}
@@ -173,7 +174,10 @@ class LogManager:
             raise InvalidTopicError(reason)
         validate_partition(partition)
         path = d / f"{topic}-{partition}"
-        if path.resolve().parent != d.resolve():
+        resolved = self._resolved_dirs.get(d)
+        if resolved is None:
+            resolved = self._resolved_dirs[d] = d.resolve()
+        if path.resolve().parent != resolved:
             raise InvalidTopicError(f"{topic}-{partition} does not resolve inside {d}")
         return path
 
