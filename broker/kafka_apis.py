@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.request_guard import error_response
@@ -120,8 +120,16 @@ class KafkaApis:
         observe, inc = counted
         observe(time.perf_counter() - start)
         inc()
-        for code in partition_errors(resp):
-            self.metrics.errors.labels(api, E.Name(code)).inc()
+        counts = partition_error_counts(resp)  # slices: a Metadata answer may list a million topics
+        while True:
+            try:
+                next(counts)
+            except StopIteration as done:
+                tally: dict[int, int] = done.value
+                break
+            await asyncio.sleep(0)
+        for code, n in tally.items():
+            self.metrics.errors.labels(api, E.Name(code)).inc(n)
         return resp
 
 
@@ -139,6 +147,26 @@ def partition_errors(resp: Any) -> list[int]:
         if getattr(t, "error_code", 0) and not getattr(t, "partitions", ()):
             codes.append(t.error_code)
     return codes
+
+
+ERROR_COUNT_SLICE = 5000  # topics counted between two yields of partition_error_counts
+
+
+def partition_error_counts(resp: Any, slice_size: int = ERROR_COUNT_SLICE) -> Generator[None, None, dict[int, int]]:
+    """``partition_errors(resp)`` tallied per code (code -> how many), yielding after every
+    ``slice_size`` topics so that the caller can let other work run between slices."""
+    tally: dict[int, int] = {}
+    for i, t in enumerate(getattr(resp, "topics", ())):
+        parts = getattr(t, "partitions", ())
+        for p in parts:
+            if p.error_code:
+                tally[p.error_code] = tally.get(p.error_code, 0) + 1
+        code = getattr(t, "error_code", 0)
+        if code and not parts:
+            tally[code] = tally.get(code, 0) + 1
+        if (i + 1) % slice_size == 0:
+            yield
+    return tally
 
 
 def _sync(handler: Callable[[Q, RequestContext], R]) -> Callable[[Q, RequestContext], Awaitable[R]]:

@@ -22,6 +22,12 @@ holding its frame's bytes in the memory pool until it is written; any other
 request is served only once every earlier answer is written, so the order in
 which requests run and answers go back is the order the client sent them.
 
+No request holds the loop for long (SPEC S15.2): a Metadata request naming more than
+``kafka_wire.LARGE_METADATA_TOPICS`` topics (a million fit in the limits) is decoded, handled and
+encoded a slice of names at a time, the loop running the other connections' work and the
+replication between slices (``_answer_large_metadata``), and the C heap it used is given back
+afterwards; its answer is byte for byte the one-go path's.
+
 Every boundary distrusts its input (SPEC S12, S13):
 
 * a frame's size must lie between a header's and ``socket.request.max.bytes``;
@@ -75,12 +81,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import logging
 import ssl
 import time
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from broker import kafka_sasl, kafka_wire
 from broker.config import Listener
@@ -100,6 +108,7 @@ from broker.security.principal import (
 )
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 # The most of a frame's body read from the socket at once: the bytes a connection waiting for room
 # holds beyond its reservation (besides asyncio's stream buffer, which stops reading at 128 KiB).
@@ -464,6 +473,8 @@ class KafkaListener:
 
     async def _answer(self, frame: bytes, ctx: RequestContext, host: str) -> bytes | None:
         """The response frame (b"" when none is due); None closes the connection."""
+        if kafka_wire.large_metadata(frame):
+            return await self._answer_large_metadata(frame, ctx, host)
         try:
             d = kafka_wire.decode_request(frame)
         except kafka_wire.UnsupportedVersion as e:
@@ -486,6 +497,28 @@ class KafkaListener:
             return b""
         return self._encode(d, answers, host)
 
+    async def _answer_large_metadata(self, frame: bytes, ctx: RequestContext, host: str) -> bytes | None:
+        """``_answer`` for a Metadata request naming many topics (up to a million within the
+        limits): decoded, handled and encoded a slice of names at a time, the loop free for the
+        other connections and the replication between slices (SPEC S15.2); the same answer."""
+        try:
+            sliced = await _sliced(kafka_wire.decode_metadata_sliced(frame))
+        except kafka_wire.ProtocolError as e:
+            self._violation(host, str(e))
+            return None
+        del frame
+        answer = await self.apis.handle("Metadata", sliced.request, ctx)  # typed, never raises
+        decoded = sliced.decoded
+        del sliced  # every name, no longer needed
+        try:
+            out: bytes | None = await _sliced(kafka_wire.encode_metadata_sliced(decoded.header, answer))
+        except Exception as e:
+            self._unanswerable(decoded, host, e)
+            out = None
+        del answer
+        _return_memory()
+        return out
+
     def _unanswerable(self, d: kafka_wire.Decoded, host: str, e: Exception) -> None:
         # Values the protobuf or the response schema refuse (an int out of range...): the request
         # cannot be answered in its own shape, so its connection goes, as in Kafka.
@@ -496,3 +529,35 @@ class KafkaListener:
     def _violation(self, host: str, what: str) -> None:
         self.closed_for_violation += 1
         log.info("%s: closing the connection from %s: %s", self.listener.name, host, what)
+
+
+async def _sliced(work: Generator[None, None, R]) -> R:
+    """Run ``work`` (a generator that yields after each slice of its work) to its result, letting
+    the event loop run everything else that is ready between slices."""
+    while True:
+        try:
+            next(work)
+        except StopIteration as done:
+            result: R = done.value
+            return result
+        await asyncio.sleep(0)
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to give back this way
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def _return_memory() -> None:
+    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``): a request of a
+    million names leaves ~100 MB of freed protobuf and Python objects in the heap, which glibc
+    would otherwise keep (RSS stayed 90-130 MB higher); this takes a few milliseconds at most."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)

@@ -54,7 +54,7 @@ import struct
 import types
 import typing
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -63,7 +63,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
-from broker.kafka_wire_bounds import check_request
+from broker.kafka_wire_bounds import FrameBoundsError, array_count, check_entity, check_header, check_request
 from broker.kafka_wire_produce import decode_produce, encode_produce_response_v9
 from broker.log.config import TOPIC_CONFIG_NAMES
 from proto import minikafka_pb2 as pb
@@ -366,6 +366,165 @@ def unsupported_api_versions_frame(header: Header) -> bytes:
     return encode_response(header, body)
 
 
+# ------------------------------------------------------------------ large Metadata requests, in slices
+#
+# One Metadata request may name a million topics within every limit (a 2.9 MB frame of one-character
+# names): decoded, answered and encoded in one go it held the broker's event loop for seconds (the
+# names read by kio and checked, a protobuf entry, a dict and a kio dataclass per name, then kio's
+# writer), and every other client and the replication waited (SPEC S15.2). A request naming more
+# than ``LARGE_METADATA_TOPICS`` topics goes instead through the two generators below, which do the
+# same work a slice of names at a time and yield between slices, so that the listener can let the
+# loop run other work (``await asyncio.sleep(0)``) after each. The answers are byte for byte what
+# ``decode_request``, ``to_pb`` and ``encode_answer`` give (tests/unit/test_large_requests.py).
+
+METADATA: Final = 3
+LARGE_METADATA_TOPICS: Final = 1000  # more names than this: decoded and encoded in slices
+METADATA_SLICE: Final = 2000  # names per slice: a few milliseconds of work
+
+
+@dataclass(frozen=True, slots=True)
+class SlicedMetadata:
+    decoded: Decoded  # the request as sent, but with no topics (its other fields, its header)
+    request: pb.MetadataRequest  # to_pb's translation of the whole request: every name in it
+
+
+def large_metadata(frame: bytes) -> bool:
+    """Whether ``frame`` is a Metadata request of a supported version naming more than
+    ``LARGE_METADATA_TOPICS`` topics, read from the count alone. False for anything else, however
+    malformed: ``decode_request`` then says what is wrong with it, as for any frame."""
+    if api_key_of(frame) != METADATA or len(frame) < MIN_FRAME_BYTES + LARGE_METADATA_TOPICS:  # a byte a name at least
+        return False
+    h = peek_header(frame)
+    known = SUPPORTED[METADATA]
+    if not known[1] <= h.api_version <= known[2]:
+        return False
+    cls = _request_class(METADATA, h.api_version)
+    try:
+        n, _pos, _one = array_count(cls, "topics", frame, check_header(cls.__header_schema__, frame))
+    except FrameBoundsError:
+        return False
+    return n > LARGE_METADATA_TOPICS
+
+
+def decode_metadata_sliced(frame: bytes, slice_size: int = METADATA_SLICE) -> Generator[None, None, SlicedMetadata]:
+    """``decode_request`` and ``to_pb`` of a Metadata frame, yielding after every ``slice_size``
+    names. Raises ProtocolError as ``decode_request`` does (every length checked before kio reads
+    it: the count against the bytes left first, then each name)."""
+    h = peek_header(frame)
+    cls = _request_class(METADATA, h.api_version)
+    topic_cls = _nested(cls, "topics")
+    read = entity_reader(topic_cls)
+    req = pb.MetadataRequest()
+    names: list[str] = []
+    try:
+        start = check_header(cls.__header_schema__, frame)
+        n, pos, _one = array_count(cls, "topics", frame, start)
+        for _ in range(max(n, 0)):
+            end = check_entity(topic_cls, frame, pos)
+            t, _m = read(frame, pos)
+            names.append(_s(t.name))
+            pos = end
+            if len(names) >= slice_size:
+                req.topics.extend(names)
+                names.clear()
+                yield
+        req.topics.extend(names)
+        # The request's other fields: the frame without its names, read as decode_request reads it.
+        rest = frame[:start] + (b"\x01" if cls.__flexible__ else b"\0\0\0\0") + frame[pos:]
+        check_request(cls.__header_schema__, cls, rest)
+        _header, size = entity_reader(cls.__header_schema__)(rest, 0)
+        request, _n = entity_reader(cls)(rest, size)
+    except (SerialError, ValueError, UnicodeDecodeError) as e:
+        raise ProtocolError(f"malformed Metadata v{h.api_version}: {e}") from None
+    if n < 0 or (h.api_version == 0 and n == 0):  # every topic (never large; as _metadata)
+        return SlicedMetadata(Decoded(h, request), _metadata(dataclasses.replace(request, topics=None), h)[0][1])
+    req.all_topics = False
+    req.allow_auto_topic_creation = getattr(request, "allow_auto_topic_creation", True)
+    return SlicedMetadata(Decoded(h, request), req)
+
+
+def encode_metadata_sliced(header: Header, resp: pb.MetadataResponse,
+                           slice_size: int = METADATA_SLICE) -> Generator[None, None, bytes]:
+    """``encode_answer`` of a Metadata answer, yielding after every ``slice_size`` topics: the
+    response without topics written by kio, its (empty) topic array replaced by the topics, each
+    written by kio - or, for a topic with an error and no partitions (every name of a refused
+    request), from a template of what kio writes for one."""
+    version = header.api_version
+    cls = _response_class(METADATA, version)
+    topic_cls = _nested(cls, "topics")
+    flexible = bool(cls.__flexible__)
+    head = encode_response(header, build(cls, {**_metadata_head(resp), "topics": []}))
+    tail = _metadata_tail_bytes(version)
+    cut = len(head) - tail - (1 if flexible else 4)
+    n = len(resp.topics)
+    parts: list[bytes] = [head[4:cut], _uvarint(n + 1) if flexible else _I32.pack(n)]
+    suffix = _metadata_error_topic_suffix(version)
+    write = entity_writer(topic_cls)
+    chunk: list[bytes] = []
+    for i, t in enumerate(resp.topics):
+        name = t.name.encode()
+        if not t.partitions and not t.is_internal and len(name) <= 0x7FFF:
+            code = t.error_code if t.error_code in _KNOWN_ERROR_CODES else ErrorCode.unknown_server_error
+            size = _uvarint(len(name) + 1) if flexible else _I16.pack(len(name))
+            chunk.append(b"".join((_I16.pack(code), size, name, suffix)))
+        else:
+            buf = io.BytesIO()
+            write(buf, build(topic_cls, _metadata_topic_out(t)))
+            chunk.append(buf.getvalue())
+        if (i + 1) % slice_size == 0:
+            parts.append(b"".join(chunk))
+            chunk.clear()
+            yield
+    parts.append(b"".join(chunk))
+    parts.append(head[len(head) - tail:])
+    body = b"".join(parts)
+    return _I32.pack(len(body)) + body
+
+
+def _nested(cls: type, field: str) -> Any:
+    """The element (or entity) class of ``cls``'s field ``field``."""
+    return next(nested for name, _t, nested, _a, _d in _field_plan(cls) if name == field)
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+@functools.cache
+def _metadata_tail_bytes(version: int) -> int:
+    """The bytes a Metadata response of ``version`` writes after its topic array: its fixed-size
+    fields after ``topics`` and, in flexible versions, its (empty) tagged fields."""
+    cls = _response_class(METADATA, version)
+    after = False
+    size = 0
+    for name, kafka_type, nested, is_tuple, _d in _field_plan(cls):
+        if after:
+            if nested is not None or is_tuple or kafka_type != "int32":
+                raise ValueError(f"Metadata v{version}: {name} after the topics")
+            size += 4
+        after = after or name == "topics"
+    return size + (1 if cls.__flexible__ else 0)
+
+
+@functools.cache
+def _metadata_error_topic_suffix(version: int) -> bytes:
+    """What kio writes after the name of a Metadata topic with no partitions, not internal."""
+    cls = _nested(_response_class(METADATA, version), "topics")
+    buf = io.BytesIO()
+    entity_writer(cls)(buf, build(cls, _metadata_topic_out(pb.TopicMetadata(name=""))))
+    written = buf.getvalue()
+    empty_name = b"\x01" if cls.__flexible__ else b"\0\0"
+    if written[:2] != b"\0\0" or written[2:2 + len(empty_name)] != empty_name:
+        raise ValueError(f"Metadata v{version}: a topic does not begin with its error code and name")
+    return written[2 + len(empty_name):]
+
+
+
 # ------------------------------------------------------------------ requests -> protobuf
 
 
@@ -465,17 +624,24 @@ def _metadata(r: Any, h: Header) -> Plan:
         allow_auto_topic_creation=getattr(r, "allow_auto_topic_creation", True)))]
 
 
-def _metadata_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
-    resp: pb.MetadataResponse = a[0]
+def _metadata_head(resp: pb.MetadataResponse) -> dict[str, Any]:
+    """A Metadata response's values but its topics."""
     return {"throttle_time": 0, "cluster_id": resp.cluster_id or None, "controller_id": resp.controller_id,
             "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
-                        for b in resp.brokers],
-            "topics": [{"error_code": t.error_code, "name": t.name, "is_internal": t.is_internal,
-                        "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
-                                        "leader_id": p.leader, "leader_epoch": p.leader_epoch,
-                                        "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
-                                        "offline_replicas": list(p.offline_replicas)} for p in t.partitions]}
-                       for t in resp.topics]}
+                        for b in resp.brokers]}
+
+
+def _metadata_topic_out(t: pb.TopicMetadata) -> dict[str, Any]:
+    return {"error_code": t.error_code, "name": t.name, "is_internal": t.is_internal,
+            "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
+                            "leader_id": p.leader, "leader_epoch": p.leader_epoch,
+                            "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
+                            "offline_replicas": list(p.offline_replicas)} for p in t.partitions]}
+
+
+def _metadata_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.MetadataResponse = a[0]
+    return {**_metadata_head(resp), "topics": [_metadata_topic_out(t) for t in resp.topics]}
 
 
 def _offsets_for_leader_epoch(r: Any, _h: Header) -> Plan:

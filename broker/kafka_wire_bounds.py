@@ -217,3 +217,37 @@ def _uvarint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
         if not b & 0x80:
             return value, pos
     raise FrameBoundsError("a varint longer than 5 bytes")
+
+
+def check_header(header_cls: Any, frame: bytes | memoryview) -> int:
+    """Where ``frame``'s request header ends; ``FrameBoundsError`` unless its every length fits."""
+    return _walk(_schema(header_cls), frame, 0, len(frame))
+
+
+def array_count(cls: Any, name: str, frame: bytes | memoryview, pos: int) -> tuple[int, int, int]:
+    """(element count, where the elements start, the fewest bytes one element takes) of the array
+    field ``name`` of ``cls`` at ``pos`` (-1 for a null array), refused with ``FrameBoundsError``
+    from the count alone when the elements cannot fit in what is left of ``frame`` - nothing is
+    read beyond the count, nothing is allocated for it."""
+    s = _schema(cls)
+    f = next((x for x in s.fields if x.name == name and x.is_array), None)
+    if f is None:
+        raise ValueError(f"{cls.__name__} has no array field {name!r}")
+    end = len(frame)
+    if s.flexible:
+        n, pos = _uvarint(frame, pos, end)
+        n -= 1
+    else:
+        n, pos = _int(_INT32, frame, pos, end)
+    if n < -1:
+        raise FrameBoundsError(f"{f.name}: array length {n}")
+    one = max(1, _schema(f.entity).min_size if f.entity is not None else _min_primitive_size(f, s.flexible))
+    if n * one > end - pos:
+        raise FrameBoundsError(f"{f.name}: {n} elements cannot fit in {end - pos} bytes")
+    return n, pos, one
+
+
+def check_entity(cls: Any, frame: bytes | memoryview, pos: int) -> int:
+    """Where one encoded ``cls`` entity starting at ``pos`` ends, its every length checked (as
+    ``check_request`` checks it inside a request)."""
+    return _walk(_schema(cls), frame, pos, len(frame))

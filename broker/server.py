@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -42,6 +42,7 @@ from broker.group_coordinator import GroupCoordinator
 from broker.group_state import CoordinatorLimits
 from broker.kafka_apis import KafkaApis, answer_typed
 from broker.kafka_listener import KafkaListener, ListenerLimits
+from broker.kafka_wire import METADATA_SLICE
 from broker.log.manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.observability import BrokerMetrics, EventBuffer
@@ -365,13 +366,23 @@ class KafkaServer:
                 brokers = [pb.BrokerEndpoint(broker_id=self.broker_id, host=own.host, port=own.port)]
         resp.brokers.extend(sorted(brokers, key=lambda b: b.broker_id))
         gate = self.gate
+        names: Sequence[str]
         if req.all_topics:
             names = [t for t in md.topics() if gate.allowed(ctx, "Describe", TOPIC, t)]
             verdicts = [E.NONE] * len(names)
+        elif len(req.topics) > self.config.max_request_partitions:
+            # judge_names's answer to too many names (each refused), without copying a million of them.
+            names = req.topics
+            verdicts = [E.INVALID_REQUEST] * len(names)
         else:
             names = list(req.topics)
             verdicts = judge_names(names, self.config.max_request_partitions)
+        work = 0  # topics and partitions added since the loop last let other work run
         for name, verdict in zip(names, verdicts, strict=True):
+            work += 1
+            if work >= METADATA_SLICE:  # a request may name a million topics (SPEC S15.2)
+                work = 0
+                await asyncio.sleep(0)
             tm = resp.topics.add(name=name)
             if verdict == E.NONE and not gate.allowed(ctx, "Describe", TOPIC, name):
                 verdict = E.TOPIC_AUTHORIZATION_FAILED
@@ -387,6 +398,7 @@ class KafkaServer:
                 else:
                     tm.error_code = E.UNKNOWN_TOPIC_OR_PARTITION
                 continue
+            work += len(parts)
             for p, info in sorted(parts.items()):
                 tm.partitions.add(error_code=E.LEADER_NOT_AVAILABLE if info.leader < 0 else E.NONE, partition=p,
                                   leader=info.leader, leader_epoch=info.leader_epoch, replicas=info.replicas,
