@@ -487,6 +487,12 @@ class ReplicaManager:
         fctx = self.fetch_sessions.new_context(
             session_id=req.session_id if req.HasField("session_id") else None, epoch=req.session_epoch,
             replica_id=req.replica_id, named=named, forgotten=forgotten, now_ms=now_ms(), max_partitions=limit)
+        if follower and fctx.session is not None:
+            # A partition the follower stopped fetching is no longer kept alive by its session's clock.
+            for tp in forgotten:
+                p = self.partitions.get(tp)
+                if p is not None:
+                    p.on_follower_session_forgot(req.replica_id, fctx.session.clock)
         return fctx.session, fctx.kind
 
     def _full_session_answer(self, resp: pb.FetchResponse, session: FetchSession | None) -> pb.FetchResponse:

@@ -263,6 +263,11 @@ class Partition:
         moved, expand = state.on_follower_fetch(replica_id, fetch_offset, now_ms, lag_max_ms, clock)
         return FollowerFetchResult(self._sync_leader_high_watermark(moved), expand)
 
+    def on_follower_session_forgot(self, replica_id: int, clock: FetchClock) -> None:
+        """A follower's fetch session forgot this partition (see LeaderState.on_follower_session_forgot)."""
+        if self._leader_state is not None:
+            self._leader_state.on_follower_session_forgot(replica_id, clock)
+
     def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> IsrChange | None:
         """S4.2: the ISR shrink to write, if a follower has not caught up for ``lag_max_ms``."""
         if self._leader_state is None:

@@ -150,6 +150,16 @@ class LeaderState:
         moved = self.maybe_increment_high_watermark(now_ms, lag_max_ms)
         return moved, expand
 
+    def on_follower_session_forgot(self, replica_id: int, clock: FetchClock) -> None:
+        """The follower's session stopped holding this partition (it backs off, truncates or left):
+        its clock no longer says anything about it. Caught up as of now if it was; from here on only
+        a fetch that names the partition counts (S4.2: it falls out if none comes)."""
+        p = self.followers.get(replica_id)
+        if p is None or p.clock is not clock:
+            return
+        p.last_caught_up_time_ms = self.caught_up_time_ms(p)
+        p.clock = None
+
     def maybe_increment_high_watermark(self, now_ms: int, lag_max_ms: int) -> bool:
         """S3.4: min LEO over leader, ISR and recently caught-up followers; never backwards."""
         new_hw = self.log_end_offset

@@ -246,3 +246,23 @@ def test_a_sessionless_fetch_unbinds_the_clock() -> None:
     st.on_follower_fetch(1, 100, T0 + 1, LAG)  # the follower went back to sessionless fetches
     clock.last_fetch_ms = T0 + 5 * LAG
     assert st.caught_up_time_ms(st.followers[1]) == T0 + 1
+
+
+def test_a_partition_the_session_forgot_is_no_longer_kept_alive_by_its_clock() -> None:
+    """The follower backs off (or truncates) one partition and forgets it from its session while
+    the session keeps fetching others: that partition falls out of the ISR after the lag time."""
+    st = leader()
+    clock = FetchClock(T0)
+    st.on_follower_fetch(1, 100, T0, LAG, clock)
+    clock.last_fetch_ms = T0 + 2_000
+    st.on_follower_session_forgot(1, clock)
+    assert st.caught_up_time_ms(st.followers[1]) == T0 + 2_000  # caught up until it was forgotten
+    clock.last_fetch_ms = T0 + 5 * LAG  # the session fetches on, without this partition
+    change = st.maybe_shrink_isr(T0 + 2_000 + LAG + 1, LAG)
+    assert change is not None and change.new_isr == (0,)
+    # Another session's clock is not unbound by this one's forgetting.
+    st2 = leader()
+    mine, other = FetchClock(T0), FetchClock(T0)
+    st2.on_follower_fetch(1, 100, T0, LAG, mine)
+    st2.on_follower_session_forgot(1, other)
+    assert st2.followers[1].clock is mine
