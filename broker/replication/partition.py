@@ -269,10 +269,12 @@ class Partition:
             self._leader_state.on_follower_session_forgot(replica_id, clock)
 
     def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> IsrChange | None:
-        """S4.2: the ISR shrink to write, if a follower has not caught up for ``lag_max_ms``."""
+        """S4.2: the ISR shrink to write, if a follower has not caught up for ``lag_max_ms``; else
+        S4.3: an expansion a session follower's fetches no longer propose (see LeaderState)."""
         if self._leader_state is None:
             return None
-        return self._leader_state.maybe_shrink_isr(now_ms, lag_max_ms)
+        return self._leader_state.maybe_shrink_isr(now_ms, lag_max_ms) \
+            or self._leader_state.maybe_expand_isr_of_sessions(now_ms, lag_max_ms)
 
     def on_isr_committed(self, isr: Iterable[int], zk_version: int, now_ms: int, lag_max_ms: int) -> bool:
         """The state znode now holds ``isr`` at ``zk_version`` (our write, the controller's resend at

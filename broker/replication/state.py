@@ -184,6 +184,18 @@ class LeaderState:
             return IsrChange(new_isr, self.zk_version, f"replica {replica_id} caught up to {leo}")
         return None
 
+    def maybe_expand_isr_of_sessions(self, now_ms: int, lag_max_ms: int) -> IsrChange | None:
+        """S4.3 for followers whose fetch sessions no longer name this partition: a follower on a
+        session fetching within ``lag_max_ms``, caught up, but left out of the ISR (its expansion was
+        refused while another change was in flight) would otherwise never be proposed again - without
+        a session, every fetch retried it (Kafka's leader updates every session partition per fetch)."""
+        for r, p in self.followers.items():
+            if r not in self.isr and p.clock is not None and now_ms - p.clock.last_fetch_ms <= lag_max_ms:
+                change = self.maybe_expand_isr(r)
+                if change is not None:
+                    return change
+        return None
+
     def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> IsrChange | None:
         """S4.2: followers that have not caught up for replica.lag.time.max.ms leave the ISR."""
         if self.pending_isr is not None:

@@ -45,6 +45,7 @@ from broker.replication.control import (
     fence_control_request,
     write_isr,
 )
+from broker.replication.fetch_session import FULL, FetchSessionCache, PartitionFetch, next_epoch
 from broker.replication.state import (
     ACK,
     NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -57,6 +58,7 @@ from broker.replication.state import (
     truncation_offset,
 )
 from controller.controller import ControllerSettings, ControllerStateError, KafkaController
+from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.zk_client import BrokerIdInUseError, ControllerMovedError, KafkaZkClient
 from proto.zk_data import (
@@ -98,6 +100,9 @@ class SimConfig:
     # The brokers' kazoo settings (the regression tests put back the old ones).
     ignore_expire: bool = False
     auto_renew_session: bool = False
+    # Followers fetch through fetch sessions (KIP-227: broker.replication.fetch_session's real cache
+    # and the sessions' liveness clocks in LeaderState), one per leader, instead of per partition.
+    fetch_sessions: bool = False
 
 
 # The cluster shapes a seed picks from: (brokers, partitions, replication factor, min.insync.replicas).
@@ -110,8 +115,10 @@ ZK_WEATHER = (0.03, 0.1, 0.2)
 
 def config_for(seed: int) -> SimConfig:
     brokers, partitions, rf, min_isr = SHAPES[seed % len(SHAPES)]
+    blocks = len(SHAPES) * len(ZK_WEATHER)
     return SimConfig(brokers=brokers, partitions=partitions, replication_factor=rf, min_isr=min_isr,
-                     p_zk_fault=ZK_WEATHER[seed // len(SHAPES) % len(ZK_WEATHER)])
+                     p_zk_fault=ZK_WEATHER[seed // len(SHAPES) % len(ZK_WEATHER)],
+                     fetch_sessions=seed // blocks % 2 == 1)  # every shape and weather, with and without
 
 
 # ------------------------------------------------------------------ network
@@ -211,6 +218,22 @@ class Replica:
 
 
 @dataclass
+class FollowerSession:
+    """A follower's fetch session with one leader (the fetcher's side of broker.fetcher)."""
+
+    session_id: int = 0
+    epoch: int = 0  # 0: the next fetch is full
+    sent: dict[TP, tuple[int, int]] = field(default_factory=dict)  # what the leader holds: (offset, epoch)
+    request_sent_ms: int | None = None
+    request_no: int = 0
+
+    def reset(self) -> None:
+        self.epoch = 0
+        self.sent.clear()
+        self.request_sent_ms = None
+
+
+@dataclass
 class PendingAck:
     broker: int
     incarnation: int
@@ -264,6 +287,10 @@ class SimBroker:
         self.registered = False
         self.session_lost = False
         self.controller_started = False
+        # A restarted broker has lost its fetch sessions (its followers get FETCH_SESSION_ID_NOT_FOUND).
+        # Its own seed (not drawn from the run's RNG): runs without sessions keep their trajectories.
+        self.fetch_sessions = FetchSessionCache(rng=random.Random(sim.seed * 1009 + self.id * 31 + self.incarnation))
+        self.sessions_out: dict[int, FollowerSession] = {}
         self.zkc = sim.zk.client(name=f"broker-{self.id}", timeout=sim.cfg.session_timeout_ms / 1000.0,
                                  command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0,
                                                 "ignore_expire": sim.cfg.ignore_expire},
@@ -337,6 +364,8 @@ class SimBroker:
             return self.stop_replica(msg.body)
         if msg.kind == "Fetch":
             return self.serve_fetch(*msg.body)
+        if msg.kind == "FetchSession":
+            return self.serve_fetch_session(*msg.body)
         if msg.kind == "OffsetsForLeaderEpoch":
             return self.serve_epoch_end(*msg.body)
         if msg.kind == "Produce":
@@ -396,6 +425,7 @@ class SimBroker:
             else:
                 r.state = None
                 r.truncating = True
+            self.fetch_sessions.mark_changed(tp)
         return pb.LeaderAndIsrResponse(error_code=E.NONE)
 
     def stop_replica(self, req: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
@@ -408,6 +438,7 @@ class SimBroker:
             r = self.replicas.get(tp)
             if r is not None:
                 r.state = None
+                self.fetch_sessions.mark_changed(tp)
                 if sp.delete_partition:
                     del self.replicas[tp]
                     self.disks.pop(tp, None)
@@ -418,6 +449,7 @@ class SimBroker:
         r.isr, r.zk_version = isr, version
         if r.state is not None and r.state.on_isr_committed(isr, version, self.sim.now, self.sim.cfg.lag_max_ms):
             r.log.hw = r.state.high_watermark
+            self.fetch_sessions.mark_changed(r.tp)
 
     # -------------------------------------------------------- leader side
 
@@ -437,6 +469,7 @@ class SimBroker:
         r.log.epochs.assign(r.leader_epoch, offset)
         if r.state.on_local_append(r.log.leo, self.sim.now, self.sim.cfg.lag_max_ms):
             r.log.hw = r.state.high_watermark
+        self.fetch_sessions.mark_changed(tp)
         return offset, offset + 1
 
     def serve_fetch(self, tp: TP, replica_id: int, leader_epoch: int, fetch_offset: int) -> Any:
@@ -450,9 +483,64 @@ class SimBroker:
         moved, expand = r.state.on_follower_fetch(replica_id, fetch_offset, self.sim.now, self.sim.cfg.lag_max_ms)
         if moved:
             r.log.hw = r.state.high_watermark
+            self.fetch_sessions.mark_changed(tp)
         if expand is not None:
             self.persist_isr(r, expand.new_isr, expand.expected_zk_version)
         return ("data", list(r.log.entries[fetch_offset:fetch_offset + 8]), r.log.hw)
+
+    def serve_fetch_session(self, replica_id: int, session_id: int, epoch: int,
+                            named: list[tuple[TP, int, int]], forgotten: list[TP]) -> Any:
+        """ReplicaManager's session fetch: the real FetchSessionCache, the named partitions recorded
+        against the session's clock, the answer of the dirty ones (all of them on a full fetch)."""
+        now = self.sim.now
+        try:
+            ctx = self.fetch_sessions.new_context(
+                session_id=session_id, epoch=epoch, replica_id=replica_id,
+                named=[(tp, PartitionFetch(offset, 0, 1 << 20, leader_epoch)) for tp, offset, leader_epoch in named],
+                forgotten=forgotten, now_ms=now)
+        except errors.KafkaError as e:
+            return ("error", e.code)
+        session = ctx.session
+        assert session is not None  # the cache never fills here
+        for tp in forgotten:
+            r = self.leader(tp)
+            if r is not None and r.state is not None:
+                r.state.on_follower_session_forgot(replica_id, session.clock)
+        for tp, offset, leader_epoch in named:
+            r = self.leader(tp)
+            if r is None or r.state is None or leader_epoch != r.leader_epoch or replica_id not in r.replicas \
+                    or not 0 <= offset <= r.log.leo:
+                continue  # answered with its error below; counts for nothing
+            moved, expand = r.state.on_follower_fetch(replica_id, offset, now, self.sim.cfg.lag_max_ms, session.clock)
+            if moved:
+                r.log.hw = r.state.high_watermark
+                self.fetch_sessions.mark_changed(tp)
+            if expand is not None:
+                self.persist_isr(r, expand.new_isr, expand.expected_zk_version)
+        session.clock.last_fetch_ms = now
+        candidates = list(session.partitions) if ctx.kind == FULL else session.take_dirty()
+        if ctx.kind == FULL:
+            session.take_dirty()
+        answers = []
+        for tp in candidates:
+            cp = session.partitions.get(tp)
+            if cp is None:
+                continue
+            r = self.leader(tp)
+            hw = -1
+            if r is None or r.state is None or cp.current_leader_epoch != r.leader_epoch \
+                    or replica_id not in r.replicas:
+                kind, payload = "error", E.NOT_LEADER_OR_FOLLOWER
+            elif not 0 <= cp.fetch_offset <= r.log.leo:
+                kind, payload = "out_of_range", r.log.leo
+            else:
+                hw = r.log.hw
+                kind, payload = "data", (list(r.log.entries[cp.fetch_offset:cp.fetch_offset + 8]), hw)
+            changed = cp.maybe_answer(error=kind != "data", has_records=kind == "data" and bool(payload[0]),
+                                      high_watermark=hw, log_start_offset=0)
+            if changed or ctx.kind == FULL:
+                answers.append((tp, cp.fetch_offset, cp.current_leader_epoch, kind, payload))
+        return ("ok", session.session_id, answers)
 
     def serve_epoch_end(self, tp: TP, leader_epoch: int, asked_epoch: int) -> Any:
         r = self.leader(tp)
@@ -464,7 +552,8 @@ class SimBroker:
         for r in list(self.replicas.values()):
             if r.state is None or r.isr_write_inflight:
                 continue
-            change = r.state.maybe_shrink_isr(self.sim.now, self.sim.cfg.lag_max_ms)
+            change = r.state.maybe_shrink_isr(self.sim.now, self.sim.cfg.lag_max_ms) \
+                or r.state.maybe_expand_isr_of_sessions(self.sim.now, self.sim.cfg.lag_max_ms)
             if change is not None:
                 self.persist_isr(r, change.new_isr, change.expected_zk_version)
 
@@ -495,8 +584,13 @@ class SimBroker:
 
     def follower_step(self) -> None:
         now = self.sim.now
+        sessions = self.sim.cfg.fetch_sessions
+        ready: dict[int, list[Replica]] = {}
         for r in list(self.replicas.values()):
             if r.state is not None or r.leader in (NO_LEADER, self.id):
+                continue
+            if sessions and not r.truncating:
+                ready.setdefault(r.leader, []).append(r)
                 continue
             if r.request_sent_ms is not None and now - r.request_sent_ms < FETCH_TIMEOUT_MS:
                 continue
@@ -508,6 +602,69 @@ class SimBroker:
             else:
                 self.sim.net.send(Msg(self.id, r.leader, "Fetch", (r.tp, self.id, r.leader_epoch, r.log.leo),
                                       self._on_fetch(r, r.leader_epoch, r.log.leo), self.incarnation))
+        if sessions:
+            for leader in sorted(set(ready) | set(self.sessions_out)):
+                self._session_fetch(leader, ready.get(leader, []))
+
+    def _session_fetch(self, leader: int, ready: list[Replica]) -> None:
+        """broker.fetcher's session loop: name what changed since the leader last heard, forget what
+        stopped fetching; a lost answer (timeout) or a refused fetch starts over with a full one."""
+        now = self.sim.now
+        fs = self.sessions_out.setdefault(leader, FollowerSession())
+        if fs.request_sent_ms is not None:
+            if now - fs.request_sent_ms < FETCH_TIMEOUT_MS:
+                return
+            fs.reset()
+        want = {r.tp: (r.log.leo, r.leader_epoch) for r in ready}
+        full = fs.epoch == 0
+        if full:
+            fs.sent.clear()
+        named = [(tp, key[0], key[1]) for tp, key in sorted(want.items()) if fs.sent.get(tp) != key]
+        forgotten = sorted(tp for tp in fs.sent if tp not in want)
+        if not named and not forgotten and (full or not fs.sent):
+            return  # nothing in the session to fetch
+        for tp, offset, leader_epoch in named:
+            fs.sent[tp] = (offset, leader_epoch)
+        for tp in forgotten:
+            del fs.sent[tp]
+        fs.request_sent_ms = now
+        fs.request_no += 1
+        self.sim.net.send(Msg(self.id, leader, "FetchSession", (self.id, fs.session_id, fs.epoch, named, forgotten),
+                              self._on_session_fetch(leader, fs.request_no, fs.epoch), self.incarnation))
+
+    def _on_session_fetch(self, leader: int, request_no: int, epoch_sent: int) -> Callable[[Any], None]:
+        def handle(resp: Any) -> None:
+            fs = self.sessions_out.get(leader)
+            if fs is None or fs.request_no != request_no or fs.request_sent_ms is None:
+                return  # an answer to a request given up on
+            fs.request_sent_ms = None
+            if resp[0] == "error":  # FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH
+                fs.reset()
+                return
+            _ok, session_id, answers = resp
+            fs.session_id = session_id
+            fs.epoch = next_epoch(epoch_sent) if session_id else 0
+            for tp, fetch_offset, leader_epoch, kind, payload in answers:
+                r = self.replicas.get(tp)
+                if r is None or r.leader != leader or not self._valid(r, leader_epoch) or r.truncating \
+                        or r.log.leo != fetch_offset:
+                    continue  # fetched for a state it is no longer in: it is named again when it changes
+                if kind == "out_of_range":
+                    if r.log.leo > payload:
+                        r.log.truncate(payload)
+                    continue
+                if kind != "data":
+                    # The fetcher backs the partition off (forgotten) and names it again later: the
+                    # leader may not know yet that it leads (a restarted one, same leader epoch).
+                    fs.sent.pop(tp, None)
+                    continue
+                entries, leader_hw = payload
+                for e, rec in entries:
+                    offset = r.log.leo
+                    r.log.entries.append((e, rec))
+                    r.log.epochs.assign(e, offset)
+                r.log.hw = follower_high_watermark(r.log.leo, leader_hw)
+        return handle
 
     def _valid(self, r: Replica, epoch: int) -> bool:
         return self.replicas.get(r.tp) is r and r.leader_epoch == epoch and r.state is None

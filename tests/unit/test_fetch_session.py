@@ -266,3 +266,26 @@ def test_a_partition_the_session_forgot_is_no_longer_kept_alive_by_its_clock() -
     st2.on_follower_fetch(1, 100, T0, LAG, mine)
     st2.on_follower_session_forgot(1, other)
     assert st2.followers[1].clock is mine
+
+
+def test_an_expansion_refused_while_another_change_was_in_flight_is_proposed_again() -> None:
+    """S4.3 with sessions: the follower named the partition once (caught up) while an ISR change was
+    pending, so its expansion was refused; its later fetches do not name the idle partition. The
+    periodic ISR check proposes it again (found by the simulation: the cluster never settled)."""
+    st = LeaderState(local_id=0, leader_epoch=1, replicas=(0, 1), isr=(0,), zk_version=0, high_watermark=100,
+                     log_end_offset=100, now_ms=T0)
+    clock = FetchClock(T0)
+    st.pending_isr = (0,)  # a change in flight
+    _moved, expand = st.on_follower_fetch(1, 100, T0, LAG, clock)
+    assert expand is None
+    st.on_isr_write_failed()
+    clock.last_fetch_ms = T0 + 100
+    change = st.maybe_expand_isr_of_sessions(T0 + 200, LAG)
+    assert change is not None and change.new_isr == (0, 1)
+    # Not for a follower whose session stopped fetching.
+    st2 = LeaderState(local_id=0, leader_epoch=1, replicas=(0, 1), isr=(0,), zk_version=0, high_watermark=100,
+                      log_end_offset=100, now_ms=T0)
+    st2.pending_isr = (0,)
+    st2.on_follower_fetch(1, 100, T0, LAG, FetchClock(T0))
+    st2.on_isr_write_failed()
+    assert st2.maybe_expand_isr_of_sessions(T0 + LAG + 1, LAG) is None
