@@ -18,7 +18,7 @@ import sys
 import tempfile
 from typing import Any
 
-from client.cli.tools import add_connection_args
+from client.cli.tool_args import add_connection_args
 from spark_jobs.job_session import JobSession
 
 

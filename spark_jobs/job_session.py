@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from client.cli.progress import Progress
-from client.cli.tools import bootstrap_from_args, security_from_args
+from client.cli.tool_args import bootstrap_from_args, security_from_args
 from client.connection import ClusterView
 from client.spark.cluster_io import check_topics_exist
 from proto import errors

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from client.cli.tools import add_connection_args
+from client.cli.tool_args import add_connection_args
 from spark_jobs.job_session import JobSession
 
 

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 
 import grpc
 
-from client.cli.tools import validate_names
 from client.connection import unreachable_reason
 from client.ops.certs import CertError
 from client.ops.local_cluster import ClusterError
 from proto.errors import KafkaError, NetworkError
+from proto.names import validate_group_id, validate_topic_name
 from proto.transport import SecurityConfigError
 
 
@@ -27,11 +27,32 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     from broker import main as broker_main
-    from client.cli import certs, chaos, cluster, demo, security, tools, top, verify_replicas
+    from client.cli import (
+        certs,
+        chaos,
+        cluster,
+        consume,
+        demo,
+        groups,
+        leader_election,
+        perf,
+        produce,
+        reassign_partitions,
+        security,
+        top,
+        topics,
+        verify_replicas,
+    )
 
     broker_main.add_parser(sub)
     cluster.add_parser(sub)
-    tools.add_parsers(sub)
+    topics.add_parser(sub)
+    produce.add_parser(sub)
+    consume.add_parser(sub)
+    groups.add_parser(sub)
+    leader_election.add_parser(sub)
+    reassign_partitions.add_parser(sub)
+    perf.add_parser(sub)
     security.add_parsers(sub)
     certs.add_parser(sub)
     top.add_parser(sub)
@@ -39,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_parser(sub)
     demo.add_parser(sub)
     return parser
+
+
+def validate_names(args: argparse.Namespace) -> None:
+    """Every topic and group name on the command line, before anything is sent (SPEC S13.3)."""
+    topic = getattr(args, "topic", None)
+    if isinstance(topic, str):
+        validate_topic_name(topic)
+    group = getattr(args, "group", None)
+    if isinstance(group, str):
+        validate_group_id(group)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from client.admin import AdminClient
-from client.cli.tools import add_connection_args, bootstrap_from_args, security_from_args
+from client.cli.tool_args import add_connection_args, bootstrap_from_args, security_from_args
 from proto import errors
 from proto import minikafka_pb2 as pb
 

@@ -47,7 +47,7 @@ def test_every_flag_of_the_spark_jobs_has_help() -> None:
 def test_zookeeper_on_consume_and_groups_is_accepted_with_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
     """Consumer groups live on the brokers' coordinator: ``--zookeeper`` on consume/groups (Kafka's
     pre-2.0 habit) is neither silently dropped nor an error for old scripts, but warned about."""
-    from client.cli.tools import ZOOKEEPER_IGNORED, warn_if_zookeeper_given
+    from client.cli.tool_args import ZOOKEEPER_IGNORED, warn_if_zookeeper_given
 
     parser = build_parser()
     for argv in (["consume", "--topic", "t", "--zookeeper", "127.0.0.1:2181"],

@@ -30,7 +30,7 @@ def test_last_error_line(tmp_path: Path) -> None:
 
 
 def test_describe_marks_a_leader_that_is_not_live() -> None:
-    from client.cli.tools import leader_label
+    from client.cli.topics import leader_label
 
     assert leader_label(2, {1, 2, 3}, 10) == "2"
     assert leader_label(2, {1, 3}, 10) == "2 (not live)"

@@ -1,0 +1,86 @@
+"""``minikafka reassign-partitions``: mirrors kafka-reassign-partitions.sh (``--generate/--execute/--verify``).
+
+The JSON files it reads and prints are parsed in ``client.cli.reassignment``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from client.admin import AdminClient
+from client.cli import reassignment
+from client.cli.tool_args import (
+    add_connection_args,
+    bootstrap_from_args,
+    print_result,
+    security_from_args,
+    zookeeper_from_args,
+)
+from client.structs import TopicPartition
+from proto import errors
+
+
+def add_parser(sub: Any) -> None:
+    ra = sub.add_parser("reassign-partitions", help="move replicas (kafka-reassign-partitions)")
+    add_connection_args(ra, zookeeper=True)
+    ra_action = ra.add_mutually_exclusive_group(required=True)
+    ra_action.add_argument("--generate", action="store_true",
+                           help="propose a reassignment of --topics-to-move-json-file onto --broker-list")
+    ra_action.add_argument("--execute", action="store_true",
+                           help="start the reassignment in --reassignment-json-file (refused for brokers not live)")
+    ra_action.add_argument("--verify", action="store_true", help="whether a reassignment is still in progress")
+    ra.add_argument("--reassignment-json-file", type=Path,
+                    help='{"version":1,"partitions":[{"topic":T,"partition":P,"replicas":[ids]}]}; see '
+                         "docs/reassignment.md")
+    ra.add_argument("--topics-to-move-json-file", type=Path,
+                    help='with --generate: {"version":1,"topics":[{"topic":T},...]}')
+    ra.add_argument("--broker-list", default=None, metavar="ID,ID,...",
+                    help="with --generate: the brokers to spread the replicas over")
+    ra.set_defaults(func=cmd_reassign)
+
+
+def _read(path: Path | None, flag: str) -> str:
+    if path is None:
+        raise errors.InvalidRequestError(f"{flag} is required here")
+    try:
+        return path.read_text()
+    except OSError as e:
+        raise errors.InvalidRequestError(f"cannot read {path}: {e.strerror}") from None
+
+
+def cmd_reassign(args: argparse.Namespace) -> int:
+    """kafka-reassign-partitions: --generate proposes, --execute submits, --verify reports."""
+    with AdminClient(bootstrap_from_args(args), zookeeper_connect=zookeeper_from_args(args),
+                     security=security_from_args(args)) as admin:
+        if args.verify:
+            busy = admin.reassignment_in_progress()
+            print_result(args, {"in_progress": busy}, "Reassignment in progress." if busy else "Reassignment complete.")
+            return 0
+        if args.generate:
+            topics = reassignment.parse_topics_to_move(_read(args.topics_to_move_json_file,
+                                                             "--topics-to-move-json-file"))
+            brokers = reassignment.parse_broker_list(args.broker_list)
+            admin.view.refresh()
+            unknown = sorted(set(brokers) - set(admin.view.brokers))
+            if unknown:
+                raise errors.InvalidRequestError(f"--broker-list: brokers {unknown} are not live "
+                                                 f"(live: {sorted(admin.view.brokers)})")
+            current = {}
+            for d in admin.describe_topics(topics):
+                current.update({TopicPartition(d.name, p.partition): list(p.replicas) for p in d.partitions})
+            proposed = reassignment.propose(current, brokers)
+            if args.output == "json":
+                print(json.dumps({"current": json.loads(reassignment.format_reassignment(current)),
+                                  "proposed": json.loads(reassignment.format_reassignment(proposed))}))
+            else:
+                print("Current partition replica assignment\n" + reassignment.format_reassignment(current)
+                      + "\n\nProposed partition reassignment configuration\n"
+                      + reassignment.format_reassignment(proposed))
+            return 0
+        mapping = reassignment.parse_reassignment(_read(args.reassignment_json_file, "--reassignment-json-file"))
+        admin.reassign_partitions(mapping)
+        print_result(args, {"started": len(mapping)}, f"Started the reassignment of {len(mapping)} partitions.")
+    return 0
