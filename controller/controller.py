@@ -78,7 +78,14 @@ from controller.partition_state_machine import (
     trigger_online_partition_state_change,
     without,
 )
-from controller.plan import Plan
+from controller.plan import (
+    Cleanup,
+    DeletePaths,
+    DeleteTopicRequest,
+    DeleteTopicZNodes,
+    Plan,
+    RewriteReassignment,
+)
 from controller.state_machine import ElectionStrategy, PartitionState, ReplicaState
 from proto import minikafka_pb2 as pb
 from proto.names import TopicPartition
@@ -293,32 +300,29 @@ class KafkaController:
             self.channel.remove_broker(b)
         for reg in plan.add_brokers:
             self.channel.add_broker(reg)
-        for kind, arg in plan.cleanups:
-            self._cleanup(kind, arg)
+        for cleanup in plan.cleanups:
+            self._cleanup(cleanup)
         self.elections += plan.elections
         self.unclean_elections += plan.unclean_elections
         plan.batch.send(ctx, self.channel, self._stop_replica_callback)  # type: ignore[arg-type]
         for ev in plan.follow_ups:
             self.put(ev)
 
-    def _cleanup(self, kind: str, arg: object) -> None:
+    def _cleanup(self, cleanup: Cleanup) -> None:
         """Idempotent ZooKeeper clean-ups after a commit, each guarded by the controller epoch."""
         version = self.ctx.epoch_zk_version
-        if kind == "delete_request":
-            self.zk.delete_guarded(version, [DeleteTopicsZNode.path(str(arg))])
-        elif kind == "delete_topic":
-            topic = str(arg)
+        if isinstance(cleanup, DeleteTopicRequest):
+            self.zk.delete_guarded(version, [DeleteTopicsZNode.path(cleanup.topic)])
+        elif isinstance(cleanup, DeleteTopicZNodes):
+            topic = cleanup.topic
             self.zk.delete_guarded(version, [TopicZNode.path(topic), ConfigTopicZNode.path(topic),
                                              DeleteTopicsZNode.path(topic)], recursive=True)
-        elif kind == "reassignment":
-            from proto.zk_data import TopicPartitionId
-            remaining: dict[TopicPartitionId, list[int]] = arg  # type: ignore[assignment]
+        elif isinstance(cleanup, RewriteReassignment):
+            remaining = cleanup.remaining
             self.zk.set_or_delete_guarded(version, ReassignPartitionsZNode.PATH,
                                           ReassignPartitionsZNode.encode(remaining) if remaining else None)
-        elif kind == "delete_paths":
-            self.zk.delete_guarded(version, list(arg))  # type: ignore[call-overload]
         else:
-            raise ValueError(f"unknown clean-up {kind}")
+            self.zk.delete_guarded(version, list(cleanup.paths))
 
     def _stop_replica_callback(self, broker_id: int, resp: Any) -> None:
         self.put(StopReplicaResponseReceived(broker_id, resp))
@@ -660,7 +664,7 @@ class KafkaController:
         def plan(s: Scope) -> None:
             for tpid in requested:
                 self._maybe_elect_preferred(s, (tpid.topic, tpid.partition))
-            s.plan.cleanups.append(("delete_paths", [PreferredReplicaElectionZNode.PATH]))
+            s.plan.cleanups.append(DeletePaths((PreferredReplicaElectionZNode.PATH,)))
 
         self._run_planned(plan)
 
@@ -706,7 +710,7 @@ class KafkaController:
                 if tp in ctx.reassignments:
                     reassignment.maybe_complete_reassignment(s, tp)
             reassignment.finish_reassignments(s)
-            s.plan.cleanups.append(("delete_paths", [path for path, _tps in notifications]))
+            s.plan.cleanups.append(DeletePaths(tuple(path for path, _tps in notifications)))
 
         self._run_planned(plan)
 

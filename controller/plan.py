@@ -17,16 +17,48 @@ from dataclasses import dataclass, field
 from controller.channel import RequestBatch
 from controller.events import Event
 from proto.zk_client import ZkWrite
-from proto.zk_data import BrokerRegistration
+from proto.zk_data import BrokerRegistration, TopicPartitionId
+
+
+# Idempotent ZooKeeper clean-ups the shell runs after a commit, each guarded by the controller epoch
+# (KafkaController._cleanup): typed values, one per kind, not strings the shell dispatches on.
+@dataclass(frozen=True)
+class DeleteTopicRequest:
+    """The /admin/delete_topics/<topic> request (done, or refused)."""
+
+    topic: str
+
+
+@dataclass(frozen=True)
+class DeleteTopicZNodes:
+    """A deleted topic's znodes: its assignment (with the partition states), config and request."""
+
+    topic: str
+
+
+@dataclass(frozen=True)
+class RewriteReassignment:
+    """/admin/reassign_partitions holds what is left (deleted when nothing is)."""
+
+    remaining: dict[TopicPartitionId, list[int]]
+
+
+@dataclass(frozen=True)
+class DeletePaths:
+    """Notification znodes that were handled (ISR changes, a preferred election request)."""
+
+    paths: tuple[str, ...]
+
+
+Cleanup = DeleteTopicRequest | DeleteTopicZNodes | RewriteReassignment | DeletePaths
 
 
 @dataclass
 class Plan:
     batch: RequestBatch
     writes: list[ZkWrite] = field(default_factory=list)
-    # Idempotent ZooKeeper clean-ups after the commit: ("delete", path) or ("reassignment", None/bytes)
-    # ... expressed as callables' names the shell knows (see KafkaController._cleanup).
-    cleanups: list[tuple[str, object]] = field(default_factory=list)
+    # Idempotent ZooKeeper clean-ups after the commit (see KafkaController._cleanup).
+    cleanups: list[Cleanup] = field(default_factory=list)
     add_brokers: list[BrokerRegistration] = field(default_factory=list)
     remove_brokers: list[int] = field(default_factory=list)
     follow_ups: list[Event] = field(default_factory=list)

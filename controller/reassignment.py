@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from controller.partition_state_machine import Scope, change_leadership, replica_transition
+from controller.plan import RewriteReassignment
 from controller.state_machine import ReplicaState
 from proto.names import TopicPartition
 from proto.zk_client import ZkWrite
@@ -102,4 +103,4 @@ def finish_reassignments(s: Scope) -> None:
     for tp in done:
         del ctx.reassignments[tp]
     remaining = {TopicPartitionId(*tp): target for tp, target in ctx.reassignments.items()}
-    s.plan.cleanups.append(("reassignment", remaining))
+    s.plan.cleanups.append(RewriteReassignment(remaining))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from controller.partition_state_machine import Scope, replica_transition
+from controller.plan import DeleteTopicRequest, DeleteTopicZNodes
 from controller.state_machine import ReplicaState
 from proto import minikafka_pb2 as pb
 
@@ -23,10 +24,10 @@ def on_topic_deletion(s: Scope, requested: list[str], delete_topic_enable: bool)
     for topic in requested:
         if not delete_topic_enable:
             log.info("controller: ignoring deletion of %s: delete.topic.enable is false", topic)
-            s.plan.cleanups.append(("delete_request", topic))
+            s.plan.cleanups.append(DeleteTopicRequest(topic))
             continue
         if topic not in ctx.assignments:
-            s.plan.cleanups.append(("delete_request", topic))
+            s.plan.cleanups.append(DeleteTopicRequest(topic))
             continue
         ctx.topics_to_be_deleted.add(topic)
         s.plan.batch.deleted_topics.add(topic)
@@ -69,6 +70,6 @@ def maybe_complete_deletions(s: Scope) -> None:
         if pending:
             continue
         del ctx.deletion_pending[topic]
-        s.plan.cleanups.append(("delete_topic", topic))
+        s.plan.cleanups.append(DeleteTopicZNodes(topic))
         ctx.remove_topic(topic)
         log.info("controller: topic %s deleted", topic)
