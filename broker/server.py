@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -42,17 +42,16 @@ from broker.group_coordinator import GroupCoordinator
 from broker.group_state import CoordinatorLimits
 from broker.kafka_apis import KafkaApis, answer_typed
 from broker.kafka_listener import KafkaListener, ListenerLimits
-from broker.kafka_wire import METADATA_SLICE
 from broker.log.manager import LogManager
+from broker.metadata_apis import MetadataApis
 from broker.metadata_cache import MetadataCache
 from broker.observability import BrokerMetrics, EventBuffer
 from broker.replica_fetch_socket import ReplicaFetchListener
 from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
 from broker.replication.control import fence_control_request, needs_lookup
-from broker.request_guard import ByteBudget, error_response, judge_names
-from broker.security.authorizer import TOPIC
+from broker.request_guard import ByteBudget, error_response
 from broker.security.gatekeeper import Gatekeeper, ListenerRole
-from broker.security.principal import PLAINTEXT, SSL, RequestContext
+from broker.security.principal import RequestContext
 from controller.controller import ControllerSettings, KafkaController
 from proto import errors
 from proto import minikafka_pb2 as pb
@@ -140,22 +139,25 @@ class KafkaServer:
         self.group_coordinator = GroupCoordinator(self.broker_id, self.zk, self._live_broker_ids, CoordinatorLimits(
             max_committed_partitions=cfg.group_max_committed_partitions,
             offset_metadata_max_bytes=cfg.offset_metadata_max_bytes))
-        self.group_apis = GroupApis(self.group_coordinator, self.gate, self._endpoint_of,
+        self.metadata_apis = MetadataApis(
+            broker_id=self.broker_id, config=cfg, metadata=self.metadata, gate=self.gate, admin=self.admin,
+            replica_manager=self.replica_manager, events=self.events, cluster_id=lambda: self.cluster_id,
+            registered=self.registered.is_set, advertised_endpoints=self.advertised_endpoints,
+            controller_active=lambda: self.controller.active,
+            controller_epoch=lambda: self.controller.ctx.epoch,
+            now_ms=now_ms)
+        self.group_apis = GroupApis(self.group_coordinator, self.gate, self.metadata_apis.endpoint_of,
                                     cfg.max_request_partitions,
                                     lambda t, p: self.metadata.partition(t, p) is not None)
         self.metrics = BrokerMetrics(self)
         # The one request-handling layer behind every listener, gRPC or Kafka protocol.
         self.apis = KafkaApis(self.replica_manager, self.admin, self.group_apis, self.metrics.requests,
-                              self.handle_metadata, self.handle_describe_replicas)
+                              self.metadata_apis.handle_metadata, self.metadata_apis.handle_describe_replicas)
 
     def _live_broker_ids(self) -> list[int]:
         # Before the controller's first UpdateMetadata this broker knows only itself: no answer
         # yet rather than a coordinator that the rest of the cluster does not agree on.
         return sorted(self.metadata.brokers)
-
-    def _endpoint_of(self, broker_id: int, listener: str) -> pb.BrokerEndpoint | None:
-        b = self.metadata.brokers.get(broker_id)
-        return None if b is None else self._endpoint_on(b, listener)
 
     # ------------------------------------------------------------ start-up
 
@@ -352,111 +354,6 @@ class KafkaServer:
         self.log_manager.checkpoint_log_start_offsets()
 
     # ------------------------------------------------------------ requests answered here
-
-    async def handle_metadata(self, req: pb.MetadataRequest, ctx: RequestContext) -> pb.MetadataResponse:
-        md = self.metadata
-        resp = pb.MetadataResponse(cluster_id=self.cluster_id, controller_id=md.controller_id,
-                                   controller_epoch=md.controller_epoch)
-        kafka_produce = self._kafka_produce_listener(ctx)
-        brokers = [b for b in (self._endpoint_on(b, ctx.listener, kafka_produce) for b in md.brokers.values())
-                   if b is not None]
-        if not brokers and self.registered.is_set():
-            own = next((e for e in self.advertised_endpoints() if e.name == ctx.listener), None)
-            if own is not None:
-                brokers = [pb.BrokerEndpoint(broker_id=self.broker_id, host=own.host, port=own.port)]
-        resp.brokers.extend(sorted(brokers, key=lambda b: b.broker_id))
-        gate = self.gate
-        names: Sequence[str]
-        if req.all_topics:
-            names = [t for t in md.topics() if gate.allowed(ctx, "Describe", TOPIC, t)]
-            verdicts = [E.NONE] * len(names)
-        elif len(req.topics) > self.config.max_request_partitions:
-            # judge_names's answer to too many names (each refused), without copying a million of them.
-            names = req.topics
-            verdicts = [E.INVALID_REQUEST] * len(names)
-        else:
-            names = list(req.topics)
-            verdicts = judge_names(names, self.config.max_request_partitions)
-        work = 0  # topics and partitions added since the loop last let other work run
-        for name, verdict in zip(names, verdicts, strict=True):
-            work += 1
-            if work >= METADATA_SLICE:  # a request may name a million topics (SPEC S15.2)
-                work = 0
-                await asyncio.sleep(0)
-            tm = resp.topics.add(name=name)
-            if verdict == E.NONE and not gate.allowed(ctx, "Describe", TOPIC, name):
-                verdict = E.TOPIC_AUTHORIZATION_FAILED
-            if verdict != E.NONE:
-                tm.error_code = verdict
-                continue
-            parts = md.partitions.get(name)
-            if parts is None:
-                may_create = gate.cluster_allowed(ctx, "Create") or gate.allowed(ctx, "Create", TOPIC, name)
-                if self.config.auto_create_topics_enable and req.allow_auto_topic_creation and may_create:
-                    await self.admin.auto_create(name)
-                    tm.error_code = E.LEADER_NOT_AVAILABLE
-                else:
-                    tm.error_code = E.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            work += len(parts)
-            for p, info in sorted(parts.items()):
-                tm.partitions.add(error_code=E.LEADER_NOT_AVAILABLE if info.leader < 0 else E.NONE, partition=p,
-                                  leader=info.leader, leader_epoch=info.leader_epoch, replicas=info.replicas,
-                                  isr=info.isr, offline_replicas=info.offline_replicas)
-        return resp
-
-    @staticmethod
-    def _endpoint_on(b: pb.BrokerEndpoint, listener: str, kafka_produce: str | None = None) -> pb.BrokerEndpoint | None:
-        """Broker ``b`` as a client on ``listener`` reaches it (Kafka answers with the listener the
-        request came in on), with its Kafka listener ``kafka_produce`` if it has one; None when ``b``
-        has no such listener."""
-        for x in b.listeners:
-            if x.name == listener:
-                out = pb.BrokerEndpoint(broker_id=b.broker_id, host=x.host, port=x.port, rack=b.rack)
-                k = next((k for k in b.listeners if k.name == kafka_produce), None)
-                if k is not None:
-                    out.kafka_produce_host, out.kafka_produce_port = k.host, k.port
-                return out
-        return None if b.listeners else b
-
-    def _kafka_produce_listener(self, ctx: RequestContext) -> str | None:
-        """The Kafka listener that a client of ``ctx``'s gRPC listener may send its Produce requests
-        to: the first with the same security protocol, PLAINTEXT or SSL - so the same principal
-        (anonymous, or the certificate's) under the same ACLs (the gatekeeper requires client
-        certificates on both alike). SASL_SSL clients stay on gRPC (the project's producer speaks no
-        SASL on a plain socket), and so does anything on the inter-broker listener. Listener names
-        are the same on every broker, as Kafka assumes."""
-        proto = ctx.security_protocol
-        if ctx.inter_broker or proto not in (PLAINTEXT, SSL):
-            return None
-        return next((x.name for x in self.config.kafka_listener_list if x.security_protocol == proto), None)
-
-    def handle_describe_replicas(self, req: pb.DescribeReplicasRequest,
-                                 ctx: RequestContext) -> pb.DescribeReplicasResponse:
-        if not self.gate.cluster_allowed(ctx, "Describe"):
-            raise errors.ClusterAuthorizationFailedError(f"{ctx.principal} may not describe the cluster")
-        rm = self.replica_manager
-        t = now_ms()
-        resp = pb.DescribeReplicasResponse(broker_id=self.broker_id, is_controller=self.controller.active,
-                                           controller_epoch=max(rm.controller_epoch, self.controller.ctx.epoch))
-        wanted = set(req.topics)
-        for (topic, part), p in sorted(rm.partitions.items()):
-            if wanted and topic not in wanted:
-                continue
-            lg = p.log
-            r = resp.replicas.add(topic=topic, partition=part, is_leader=p.is_leader, leader=p.leader_id,
-                                  leader_epoch=p.leader_epoch, log_start_offset=lg.log_start_offset,
-                                  log_end_offset=lg.log_end_offset, high_watermark=lg.high_watermark,
-                                  replicas=p.replicas, isr=p.isr, size_bytes=lg.size, segments=len(lg.segments))
-            if p.leader_state is not None:
-                for fid, prog in sorted(p.leader_state.followers.items()):
-                    r.followers.add(broker_id=fid, log_end_offset=prog.log_end_offset,
-                                    last_caught_up_ms_ago=t - prog.last_caught_up_time_ms
-                                    if prog.last_caught_up_time_ms else -1)
-        for ev in self.events.latest(req.max_events):
-            resp.events.add(timestamp_ms=ev.timestamp_ms, broker_id=self.broker_id, kind=ev.kind, topic=ev.topic,
-                            partition=ev.partition, detail=ev.detail)
-        return resp
 
     async def handle_controlled_shutdown(self, req: pb.ControlledShutdownRequest,
                                          ctx: RequestContext) -> pb.ControlledShutdownResponse:

@@ -373,10 +373,10 @@ def test_metadata_offers_for_produce_only_a_kafka_listener_of_the_clients_own_pr
     SASL_SSL client (the producer speaks no SASL on a plain socket), nor the inter-broker listener."""
     from types import SimpleNamespace
 
+    from broker.metadata_apis import MetadataApis
     from broker.security.principal import ANONYMOUS, RequestContext
-    from broker.server import KafkaServer
 
-    server = object.__new__(KafkaServer)
+    server = object.__new__(MetadataApis)
     server.config = SimpleNamespace(kafka_listener_list=[  # type: ignore[assignment]
         Listener("KSASL", "h", 1, "SASL_SSL"), Listener("KPLAIN", "h", 2, "PLAINTEXT"), Listener("KSSL", "h", 3, "SSL")])
 
@@ -393,9 +393,9 @@ def test_metadata_offers_for_produce_only_a_kafka_listener_of_the_clients_own_pr
     broker = pb.BrokerEndpoint(broker_id=2, host="i", port=1, listeners=[
         pb.ListenerEndpoint(name="CLIENT", host="c", port=9092, security_protocol="PLAINTEXT"),
         pb.ListenerEndpoint(name="KPLAIN", host="k", port=9093, security_protocol="PLAINTEXT")])
-    answered = KafkaServer._endpoint_on(broker, "CLIENT", "KPLAIN")
+    answered = MetadataApis._endpoint_on(broker, "CLIENT", "KPLAIN")
     assert answered is not None
     assert (answered.host, answered.port, answered.kafka_produce_host, answered.kafka_produce_port) == \
         ("c", 9092, "k", 9093)
-    answered = KafkaServer._endpoint_on(broker, "CLIENT", None)
+    answered = MetadataApis._endpoint_on(broker, "CLIENT", None)
     assert answered is not None and answered.kafka_produce_port == 0
