@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.context import ControllerContext
 from controller.plan import Plan
@@ -49,6 +49,23 @@ class Scope:
     plan: Plan
     zk: KafkaZkClient
     unclean_leader_election_enable: bool
+    # What new partitions' state znodes and their parents look like, read pipelined ahead of their
+    # initialisation (``prefetch_new_partitions``): three reads one after another per partition took
+    # ~1 s per 1,000 new partitions.
+    prefetched_states: dict[TopicPartition, LeaderIsrAndControllerEpoch | None] = field(default_factory=dict)
+    prefetched_paths: dict[str, bool] = field(default_factory=dict)
+
+
+def prefetch_new_partitions(s: Scope, tps: list[TopicPartition]) -> None:
+    """Read, pipelined, what ``initialize_leadership`` needs for each of ``tps``."""
+    if len(tps) < 2:
+        return  # one partition: read as it goes
+    states = s.zk.get_partition_states(tps)
+    for tp in tps:
+        s.prefetched_states[tp] = states.get(tp)
+    parents = sorted({p for t, part in tps
+                      for p in (TopicPartitionsZNode.path(t), f"{TopicPartitionsZNode.path(t)}/{part}")})
+    s.prefetched_paths.update(s.zk.paths_exist(parents))
 
 
 # ------------------------------------------------------------------ transitions
@@ -151,7 +168,7 @@ def without(current: LeaderAndIsr, gone: set[int]) -> LeaderAndIsr | None:
 def initialize_leadership(s: Scope, tp: TopicPartition) -> None:
     """S9.4: a NEW partition's first leader and ISR; its state znode is created (staged)."""
     ctx = s.ctx
-    existing = s.zk.get_partition_state(*tp)
+    existing = s.prefetched_states.pop(tp) if tp in s.prefetched_states else s.zk.get_partition_state(*tp)
     if existing is not None:
         # Written before (a previous controller, or a lost reply): take it as it is.
         ctx.leadership[tp] = existing
@@ -165,7 +182,8 @@ def initialize_leadership(s: Scope, tp: TopicPartition) -> None:
         return
     state = LeaderIsrAndControllerEpoch(lai.with_zk_version(0), ctx.epoch)
     for parent in (TopicPartitionsZNode.path(tp[0]), f"{TopicPartitionsZNode.path(tp[0])}/{tp[1]}"):
-        if parent not in s.plan.created and not s.zk.path_exists(parent):
+        exists = s.prefetched_paths.get(parent)
+        if parent not in s.plan.created and not (s.zk.path_exists(parent) if exists is None else exists):
             s.plan.stage(ZkWrite("create", parent))
             s.plan.created.add(parent)
     s.plan.stage(ZkWrite("create", TopicPartitionStateZNode.path(*tp), TopicPartitionStateZNode.encode(state)))
@@ -195,6 +213,8 @@ def trigger_online_partition_state_change(s: Scope, only: Iterable[TopicPartitio
     """NEW and OFFLINE partitions -> ONLINE where a leader can be found (S7.2, S7.3, S9.4)."""
     ctx = s.ctx
     candidates = list(only) if only is not None else ctx.all_partitions()
+    prefetch_new_partitions(s, [tp for tp in candidates if tp[0] not in ctx.topics_to_be_deleted
+                                and ctx.partition_states.get(tp) is PartitionState.NEW])
     for tp in candidates:
         if tp[0] in ctx.topics_to_be_deleted:
             continue

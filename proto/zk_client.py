@@ -562,6 +562,21 @@ class KafkaZkClient:
                 out[path] = (data, int(stat.version))
         return out
 
+    def paths_exist(self, paths: Sequence[str]) -> dict[str, bool]:
+        """Whether each of ``paths`` exists, asked pipelined (see ``_get_many``)."""
+        exists_async = getattr(self.zk, "exists_async", None)
+        if exists_async is None:  # the simulation's client: one at a time
+            return {p: self.path_exists(p) for p in paths}
+        out: dict[str, bool] = {}
+        for start in range(0, len(paths), 1000):
+            pending = [(p, exists_async(p)) for p in paths[start:start + 1000]]
+            for p, result in pending:
+                try:
+                    out[p] = result.get(timeout=self.connection_timeout_s) is not None
+                except (ConnectionLoss, OperationTimeoutError):
+                    out[p] = self.path_exists(p)  # retried like every other read
+        return out
+
     def get_topics_to_delete(self, watch: Callable[..., Any] | None = None) -> list[str]:
         return sorted(self._r(self.zk.get_children, DeleteTopicsZNode.PATH, watch=watch))
 
