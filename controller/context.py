@@ -34,11 +34,15 @@ class ControllerContext:
 
     def copy(self) -> ControllerContext:
         """A copy an event handler may change freely (the values inside are frozen dataclasses or
-        copied here); much cheaper than ``copy.deepcopy``, which the controller ran on every event."""
+        copied here); much cheaper than ``copy.deepcopy``, which the controller ran on every event.
+
+        A topic's assignment (partition -> replicas) is shared, not copied: it is never changed in
+        place, only replaced whole (``reassignment.set_replicas``, a topic's load) - copying every
+        replica list made each event cost ~3 ms at 10,000 partitions, on the controller thread."""
         return ControllerContext(
             epoch=self.epoch, epoch_zk_version=self.epoch_zk_version, live_brokers=dict(self.live_brokers),
             shutting_down_broker_ids=set(self.shutting_down_broker_ids),
-            assignments={t: {p: list(r) for p, r in parts.items()} for t, parts in self.assignments.items()},
+            assignments=dict(self.assignments),
             leadership=dict(self.leadership), partition_states=dict(self.partition_states),
             replica_states=dict(self.replica_states),
             topic_configs={t: dict(c) for t, c in self.topic_configs.items()},

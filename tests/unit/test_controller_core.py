@@ -152,3 +152,24 @@ def test_s10_znode_schemas_byte_for_byte() -> None:
     for bad in (b"not json", b'{"partitions": 3}'):
         with pytest.raises(CorruptZnodeError):
             TopicZNode.decode("t", bad)
+
+
+def test_a_context_copy_shares_assignments_but_a_changed_one_never_leaks_back() -> None:
+    """Issue 29: the per-event copy shares each topic's assignment (copying 10,000 replica lists cost
+    ~3 ms per event); the one writer, reassignment.set_replicas, replaces the topic's dict, so the
+    original never sees a change made on the copy."""
+    from controller.channel import RequestBatch
+    from controller.context import ControllerContext
+    from controller.partition_state_machine import Scope
+    from controller.plan import Plan
+    from controller.reassignment import set_replicas
+
+    ctx = ControllerContext()
+    ctx.assignments["t"] = {0: [1, 2, 3], 1: [2, 3, 1]}
+    ctx.assignment_versions["t"] = 4
+    copy = ctx.copy()
+    scope = Scope(copy, Plan(RequestBatch(controller_id=1)), None, False)  # type: ignore[arg-type]
+    set_replicas(scope, ("t", 0), [4, 5, 6])
+    assert copy.assignments["t"][0] == [4, 5, 6]
+    assert ctx.assignments["t"] == {0: [1, 2, 3], 1: [2, 3, 1]}
+    assert ctx.assignment_versions["t"] == 4 and copy.assignment_versions["t"] == 5
