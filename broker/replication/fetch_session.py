@@ -62,6 +62,13 @@ INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 MAX_EPOCH = 0x7FFFFFFF
 
+# Partitions all consumer sessions may hold together (SPEC S13: every resource bounded; Kafka bounds
+# only the number of sessions, and 1,000 of max.request.partitions each would be 10 million cached
+# partitions). Beyond it a new consumer session is not made (answered without one, as Kafka does when
+# its cache is full) and one that grows past it is dropped (FETCH_SESSION_ID_NOT_FOUND: the client
+# starts over with a full fetch). Followers' sessions are not counted: they hold real replicas.
+MAX_CONSUMER_SESSION_PARTITIONS = 100_000
+
 SESSIONLESS = "sessionless"
 FULL = "full"
 INCREMENTAL = "incremental"
@@ -161,8 +168,11 @@ class FetchContext:
 
 class FetchSessionCache:
     def __init__(self, max_slots: int = 1000, min_eviction_ms: int = 120_000,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 max_consumer_partitions: int = MAX_CONSUMER_SESSION_PARTITIONS) -> None:
         self.max_slots = max_slots
+        self.max_consumer_partitions = max_consumer_partitions
+        self.consumer_partitions = 0  # held by consumer (non-privileged) sessions
         self.min_eviction_ms = min_eviction_ms
         self._rng = rng if rng is not None else random.Random()
         self.sessions: dict[int, FetchSession] = {}
@@ -196,6 +206,9 @@ class FetchSessionCache:
             for tp, f in named:
                 self._add(session, tp, f)
             session.dirty.clear()
+            if self.consumer_partitions > self.max_consumer_partitions:
+                self.remove(session.session_id)  # answered in full, without a session
+                return FetchContext(SESSIONLESS, None)
             return FetchContext(FULL, session)
         session = self.sessions.get(sid)
         if session is None or session.replica_id != replica_id:
@@ -211,6 +224,11 @@ class FetchSessionCache:
             self.remove(sid)
             raise errors.InvalidRequestError(
                 f"fetch session {sid} would hold more than {max_partitions} partitions (max.request.partitions)")
+        if self.consumer_partitions > self.max_consumer_partitions:
+            self.remove(sid)
+            raise errors.FetchSessionIdNotFoundError(
+                f"fetch session {sid} was dropped: consumer sessions would hold more than "
+                f"{self.max_consumer_partitions} partitions on this broker")
         session.epoch = next_epoch(session.epoch)
         session.last_used_ms = now_ms
         return FetchContext(INCREMENTAL, session)
@@ -230,6 +248,8 @@ class FetchSessionCache:
         s = self.sessions.pop(session_id, None)
         if s is None:
             return None
+        if not s.privileged:
+            self.consumer_partitions -= len(s.partitions)
         for tp in s.partitions:
             holders = self._holders.get(tp)
             if holders is not None:
@@ -278,6 +298,8 @@ class FetchSessionCache:
             s.partitions[tp] = CachedPartition(f.fetch_offset, f.log_start_offset, f.max_bytes,
                                                f.current_leader_epoch)
             self._holders.setdefault(tp, set()).add(s.session_id)
+            if not s.privileged:
+                self.consumer_partitions += 1
         else:
             cached.update(f)
         s.dirty.add(tp)
@@ -285,6 +307,8 @@ class FetchSessionCache:
     def _forget(self, s: FetchSession, tp: TopicPartition) -> None:
         if s.partitions.pop(tp, None) is None:
             return
+        if not s.privileged:
+            self.consumer_partitions -= 1
         s.dirty.discard(tp)
         holders = self._holders.get(tp)
         if holders is not None:

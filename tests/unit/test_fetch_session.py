@@ -289,3 +289,29 @@ def test_an_expansion_refused_while_another_change_was_in_flight_is_proposed_aga
     st2.on_follower_fetch(1, 100, T0, LAG, FetchClock(T0))
     st2.on_isr_write_failed()
     assert st2.maybe_expand_isr_of_sessions(T0 + LAG + 1, LAG) is None
+
+
+def test_consumer_sessions_hold_a_bounded_number_of_partitions_together() -> None:
+    """S13: 1,000 consumer sessions of max.request.partitions each would cache 10 million
+    partitions. Past the bound a new session is not made (answered in full, without one) and a
+    growing one is dropped (the client starts over); followers' sessions are not counted."""
+    c = FetchSessionCache(rng=random.Random(3), max_consumer_partitions=5)
+    a = c.new_context(session_id=0, epoch=0, replica_id=-1, named=[(("t", i), pf(0)) for i in range(4)],
+                      forgotten=[], now_ms=T0).session
+    assert a is not None and c.consumer_partitions == 4
+    b = c.new_context(session_id=0, epoch=0, replica_id=-1, named=[(("u", i), pf(0)) for i in range(2)],
+                      forgotten=[], now_ms=T0)
+    assert b.kind == SESSIONLESS and c.consumer_partitions == 4 and len(c) == 1
+    f = full(c, replica=1, n=50).session  # a follower: not counted
+    assert f is not None and c.consumer_partitions == 4
+    with pytest.raises(errors.FetchSessionIdNotFoundError):
+        c.new_context(session_id=a.session_id, epoch=1, replica_id=-1,
+                      named=[(("v", i), pf(0)) for i in range(2)], forgotten=[], now_ms=T0)
+    assert a.closed and c.consumer_partitions == 0
+    # Forgetting gives room back.
+    d = c.new_context(session_id=0, epoch=0, replica_id=-1, named=[(("t", i), pf(0)) for i in range(5)],
+                      forgotten=[], now_ms=T0).session
+    assert d is not None
+    c.new_context(session_id=d.session_id, epoch=1, replica_id=-1, named=[], forgotten=[("t", 0), ("t", 1)],
+                  now_ms=T0)
+    assert c.consumer_partitions == 3
