@@ -150,17 +150,24 @@ def partition_errors(resp: Any) -> list[int]:
 
 
 ERROR_COUNT_SLICE = 5000  # topics counted between two yields of partition_error_counts
+PARTITIONS_PER_TOPIC = 1  # and ERROR_COUNT_SLICE times this many partitions
 
 
 def partition_error_counts(resp: Any, slice_size: int = ERROR_COUNT_SLICE) -> Generator[None, None, dict[int, int]]:
     """``partition_errors(resp)`` tallied per code (code -> how many), yielding after every
-    ``slice_size`` topics so that the caller can let other work run between slices."""
+    ``slice_size`` topics and every ``slice_size * PARTITIONS_PER_TOPIC`` partitions so that the
+    caller can let other work run between slices."""
     tally: dict[int, int] = {}
+    todo = slice_size * PARTITIONS_PER_TOPIC  # partitions counted until the next yield
     for i, t in enumerate(getattr(resp, "topics", ())):
         parts = getattr(t, "partitions", ())
         for p in parts:
             if p.error_code:
                 tally[p.error_code] = tally.get(p.error_code, 0) + 1
+            todo -= 1
+            if todo <= 0:  # one topic may have 100,000 partitions (an OffsetCommit's answer)
+                todo = slice_size * PARTITIONS_PER_TOPIC
+                yield
         code = getattr(t, "error_code", 0)
         if code and not parts:
             tally[code] = tally.get(code, 0) + 1

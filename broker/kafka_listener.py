@@ -26,7 +26,9 @@ No request holds the loop for long (SPEC S15.2): a Metadata request naming more 
 ``kafka_wire.LARGE_METADATA_TOPICS`` topics (a million fit in the limits) is decoded, handled and
 encoded a slice of names at a time, the loop running the other connections' work and the
 replication between slices (``_answer_large_metadata``), and the C heap it used is given back
-afterwards; its answer is byte for byte the one-go path's.
+afterwards; its answer is byte for byte the one-go path's. So is an OffsetCommit frame longer than
+``kafka_wire.LARGE_OFFSET_COMMIT_BYTES`` (100,000 partitions fit) and a consumer's Fetch frame
+longer than ``kafka_wire.LARGE_FETCH_BYTES``, a slice of partitions at a time (``_answer_sliced``).
 
 Every boundary distrusts its input (SPEC S12, S13):
 
@@ -475,6 +477,12 @@ class KafkaListener:
         """The response frame (b"" when none is due); None closes the connection."""
         if kafka_wire.large_metadata(frame):
             return await self._answer_large_metadata(frame, ctx, host)
+        if kafka_wire.large_offset_commit(frame):
+            return await self._answer_sliced(frame, ctx, host, "OffsetCommit", kafka_wire.decode_offset_commit_sliced,
+                                             kafka_wire.encode_offset_commit_sliced)
+        if kafka_wire.large_fetch(frame):
+            return await self._answer_sliced(frame, ctx, host, "Fetch", kafka_wire.decode_fetch_sliced,
+                                             kafka_wire.encode_fetch_sliced)
         try:
             d = kafka_wire.decode_request(frame)
         except kafka_wire.UnsupportedVersion as e:
@@ -516,6 +524,30 @@ class KafkaListener:
             self._unanswerable(decoded, host, e)
             out = None
         del answer
+        _return_memory()
+        return out
+
+    async def _answer_sliced(self, frame: bytes, ctx: RequestContext, host: str, api: str,
+                             decode: Callable[[bytes], Generator[None, None, kafka_wire.SlicedRequest]],
+                             encode: Callable[[kafka_wire.Header, Any, Any], Generator[None, None, bytes]]
+                             ) -> bytes | None:
+        """``_answer`` for a long OffsetCommit (100,000 partitions fit in the limits) or consumer
+        Fetch: decoded, handled (the handlers slice a refusal's answer too) and encoded a slice of
+        partitions at a time, the loop free between slices (SPEC S15.2); the same answer."""
+        try:
+            sliced = await _sliced(decode(frame))
+        except kafka_wire.ProtocolError as e:
+            self._violation(host, str(e))
+            return None
+        del frame
+        answer = await self.apis.handle(api, sliced.request, ctx)  # typed, never raises
+        decoded = sliced.decoded
+        try:
+            out: bytes | None = await _sliced(encode(decoded.header, sliced.request, answer))
+        except Exception as e:
+            self._unanswerable(decoded, host, e)
+            out = None
+        del answer, sliced
         _return_memory()
         return out
 

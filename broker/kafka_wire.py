@@ -62,8 +62,17 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
+from kio.serial.readers import read_compact_string, read_legacy_string
 
-from broker.kafka_wire_bounds import FrameBoundsError, array_count, check_entity, check_header, check_request
+from broker.kafka_wire_bounds import (
+    FrameBoundsError,
+    array_count,
+    check_entity,
+    check_header,
+    check_request,
+    check_tagged,
+    field_offset,
+)
 from broker.kafka_wire_produce import decode_produce, encode_produce_response_v9
 from broker.log.config import TOPIC_CONFIG_NAMES
 from proto import minikafka_pb2 as pb
@@ -525,6 +534,259 @@ def _metadata_error_topic_suffix(version: int) -> bytes:
 
 
 
+# ------------------------------------------------------------------ large OffsetCommit requests, in slices
+#
+# An OffsetCommit may list 100,000 partitions in a 1.4 MB frame (refused INVALID_REQUEST on every
+# partition, over max.request.partitions, but still decoded, judged and answered): in one go it held
+# the loop for 2.6 s (kio's reader and the bounds walk, a protobuf entry per partition, the answer
+# built and written by kio). A frame longer than ``LARGE_OFFSET_COMMIT_BYTES`` goes instead through
+# the generators below, which do the same work a slice of partitions at a time and yield between
+# slices; their answers are byte for byte the one-go path's (tests/unit/test_large_requests.py).
+
+OFFSET_COMMIT: Final = 8
+LARGE_OFFSET_COMMIT_BYTES: Final = 16 << 10  # longer frames (~1,000 partitions or more): in slices
+OFFSET_COMMIT_SLICE: Final = 400  # partitions decoded per slice: ~1 ms of work
+
+
+@dataclass(frozen=True, slots=True)
+class SlicedRequest:
+    decoded: Decoded  # the request as sent, but with no topics (its other fields, its header)
+    request: Any  # to_pb's translation of the whole request (its only call's protobuf request)
+
+
+def large_offset_commit(frame: bytes) -> bool:
+    """Whether ``frame`` is an OffsetCommit of a supported version longer than
+    ``LARGE_OFFSET_COMMIT_BYTES`` (nothing is read but its header's api key and version)."""
+    if api_key_of(frame) != OFFSET_COMMIT or len(frame) <= LARGE_OFFSET_COMMIT_BYTES:
+        return False
+    known = SUPPORTED[OFFSET_COMMIT]
+    return known[1] <= peek_header(frame).api_version <= known[2]
+
+
+def decode_offset_commit_sliced(frame: bytes, slice_size: int = OFFSET_COMMIT_SLICE
+                                ) -> Generator[None, None, SlicedRequest]:
+    """``decode_request`` and ``to_pb`` of an OffsetCommit frame, yielding after every
+    ``slice_size`` partitions. Raises ProtocolError as ``decode_request`` does: every length is
+    checked before kio reads it (each array's count against the bytes left first)."""
+    h = peek_header(frame)
+    cls = _request_class(OFFSET_COMMIT, h.api_version)
+    topic_cls = _nested(cls, "topics")
+    part_cls = _nested(topic_cls, "partitions")
+    read_part = entity_reader(part_cls)
+    read_name = read_compact_string if cls.__flexible__ else read_legacy_string
+    req = pb.OffsetCommitRequest()
+    todo = slice_size
+    try:
+        start = field_offset(cls, "topics", frame, check_header(cls.__header_schema__, frame))
+        n_topics, pos, _one = array_count(cls, "topics", frame, start)
+        if n_topics < 0:
+            raise ValueError("a null topic array")
+        for _ in range(n_topics):
+            name_end = field_offset(topic_cls, "partitions", frame, pos)
+            name, _end = read_name(frame, pos)
+            n_parts, pos, _one = array_count(topic_cls, "partitions", frame, name_end)
+            if n_parts < 0:
+                raise ValueError("a null partition array")
+            # Each partition added at once, nothing kept: no object lives on to be promoted to the
+            # older GC generations (whose full collection would hold the loop for tens of ms).
+            add = req.topics.add(name=name).partitions.add
+            for _ in range(n_parts):
+                end = check_entity(part_cls, frame, pos)
+                p, _m = read_part(frame, pos)
+                pos = end
+                add(partition=p.partition_index, offset=p.committed_offset, metadata=_s(p.committed_metadata))
+                todo -= 1
+                if todo <= 0:
+                    todo = slice_size
+                    yield
+            pos = check_tagged(topic_cls, frame, pos)
+        # The request's other fields: the frame without its topics, read as decode_request reads it.
+        rest = frame[:start] + (b"\x01" if cls.__flexible__ else b"\0\0\0\0") + frame[pos:]
+        check_request(cls.__header_schema__, cls, rest)
+        _header, size = entity_reader(cls.__header_schema__)(rest, 0)
+        request, _n = entity_reader(cls)(rest, size)
+    except (SerialError, ValueError, UnicodeDecodeError, KeyError) as e:  # KeyError: kio's unknown tagged field
+        raise ProtocolError(f"malformed OffsetCommit v{h.api_version}: {e}") from None
+    req.group_id = request.group_id
+    req.generation_id = request.generation_id_or_member_epoch
+    req.member_id = request.member_id
+    return SlicedRequest(Decoded(h, request), req)
+
+
+def encode_offset_commit_sliced(header: Header, req: pb.OffsetCommitRequest, resp: pb.OffsetCommitResponse,
+                                slice_size: int = OFFSET_COMMIT_SLICE * 5) -> Generator[None, None, bytes]:
+    """``encode_answer`` of an OffsetCommit answer (``_offset_commit_out`` then kio), yielding
+    after every ``slice_size`` partitions: the response without topics written by kio, its (empty)
+    topic array replaced by the topics, written here as kio writes them."""
+    version = header.api_version
+    cls = _response_class(OFFSET_COMMIT, version)
+    flexible = bool(cls.__flexible__)
+    if _field_plan(cls)[-1][0] != "topics":
+        raise ValueError(f"OffsetCommit v{version}: fields after the topics")
+    head = encode_response(header, build(cls, {"topics": []}))
+    tail = 1 if flexible else 0  # the response's (empty) tagged fields
+    cut = len(head) - tail - (1 if flexible else 4)
+    group_refusal = bool(resp.error_code and not resp.topics)
+    topics: Any = req.topics if group_refusal else resp.topics
+    parts: list[bytes] = [head[4:cut], _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))]
+    pack = _PARTITION_TAGGED.pack if flexible else _PARTITION_CODE.pack
+    known = _KNOWN_ERROR_CODES
+    unknown = int(ErrorCode.unknown_server_error)
+    chunk: list[bytes] = []  # joined into parts after each slice: the last join is short
+    todo = slice_size
+    for t in topics:
+        name = t.name.encode()
+        if flexible:
+            chunk.append(_uvarint(len(name) + 1) + name + _uvarint(len(t.partitions) + 1))
+        else:
+            if len(name) > 0x7FFF:
+                raise ValueError(f"a topic name of {len(name)} bytes")
+            chunk.append(_I16.pack(len(name)) + name + _I32.pack(len(t.partitions)))
+        for p in t.partitions:
+            code = resp.error_code if group_refusal else p.error_code or resp.error_code
+            chunk.append(pack(p.partition, code if code in known else unknown))
+            todo -= 1
+            if todo <= 0:
+                todo = slice_size
+                parts.append(b"".join(chunk))
+                chunk.clear()
+                yield
+        if flexible:
+            chunk.append(b"\0")
+    parts.append(b"".join(chunk))
+    parts.append(head[len(head) - tail:])
+    body = b"".join(parts)
+    return _I32.pack(len(body)) + body
+
+
+_PARTITION_CODE: Final = struct.Struct(">ih")  # partition_index, error_code
+_PARTITION_TAGGED: Final = struct.Struct(">ihx")  # and the partition's (empty) tagged fields
+
+
+# ------------------------------------------------------------------ large consumer Fetch requests, in slices
+#
+# A consumer's Fetch may list 20,000 partitions in a 550 KB frame (refused INVALID_REQUEST on every
+# one, over max.request.partitions): decoded, translated and encoded in one go it held the loop for
+# ~0.3 s. A consumer's (replica id < 0) Fetch frame longer than ``LARGE_FETCH_BYTES`` is decoded and
+# its answer encoded a slice of partitions at a time, as OffsetCommit's above; a follower's is not
+# (the replication's own fetches keep their one-go path). The same bytes either way.
+
+FETCH: Final = 1
+LARGE_FETCH_BYTES: Final = 16 << 10  # longer consumer fetches (~500 partitions or more): in slices
+FETCH_SLICE: Final = 500  # partitions decoded per slice: ~1 ms of work
+FETCH_ENCODE_SLICE: Final = 120  # partitions encoded per slice (by kio: ~8 us each)
+
+
+def large_fetch(frame: bytes) -> bool:
+    """Whether ``frame`` is a consumer's Fetch of a supported version longer than
+    ``LARGE_FETCH_BYTES`` (its header and replica id read, nothing else)."""
+    if api_key_of(frame) != FETCH or len(frame) <= LARGE_FETCH_BYTES:
+        return False
+    h = peek_header(frame)
+    known = SUPPORTED[FETCH]
+    if not known[1] <= h.api_version <= known[2]:
+        return False
+    cls = _request_class(FETCH, h.api_version)
+    try:
+        pos = field_offset(cls, "replica_id", frame, check_header(cls.__header_schema__, frame))
+    except FrameBoundsError:
+        return False
+    return len(frame) >= pos + 4 and _I32.unpack_from(frame, pos)[0] < 0
+
+
+def decode_fetch_sliced(frame: bytes, slice_size: int = FETCH_SLICE) -> Generator[None, None, SlicedRequest]:
+    """``decode_request`` and ``to_pb`` of a Fetch frame, yielding after every ``slice_size``
+    partitions; ProtocolError as ``decode_request`` raises it (every length checked first)."""
+    h = peek_header(frame)
+    cls = _request_class(FETCH, h.api_version)
+    topic_cls = _nested(cls, "topics")
+    part_cls = _nested(topic_cls, "partitions")
+    read_part = entity_reader(part_cls)
+    read_name = read_compact_string if cls.__flexible__ else read_legacy_string
+    req = pb.FetchRequest()
+    todo = slice_size
+    try:
+        start = field_offset(cls, "topics", frame, check_header(cls.__header_schema__, frame))
+        n_topics, pos, _one = array_count(cls, "topics", frame, start)
+        if n_topics < 0:
+            raise ValueError("a null topic array")
+        for _ in range(n_topics):
+            name_end = field_offset(topic_cls, "partitions", frame, pos)
+            name, _end = read_name(frame, pos)
+            n_parts, pos, _one = array_count(topic_cls, "partitions", frame, name_end)
+            if n_parts < 0:
+                raise ValueError("a null partition array")
+            add = req.topics.add(name=name).partitions.add  # nothing kept, as in the OffsetCommit's
+            for _ in range(n_parts):
+                end = check_entity(part_cls, frame, pos)
+                p, _m = read_part(frame, pos)
+                pos = end
+                add(partition=p.partition, current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                    fetch_offset=p.fetch_offset, log_start_offset=getattr(p, "log_start_offset", -1),
+                    partition_max_bytes=p.partition_max_bytes)
+                todo -= 1
+                if todo <= 0:
+                    todo = slice_size
+                    yield
+            pos = check_tagged(topic_cls, frame, pos)
+        rest = frame[:start] + (b"\x01" if cls.__flexible__ else b"\0\0\0\0") + frame[pos:]
+        check_request(cls.__header_schema__, cls, rest)
+        _header, size = entity_reader(cls.__header_schema__)(rest, 0)
+        request, _n = entity_reader(cls)(rest, size)
+    except (SerialError, ValueError, UnicodeDecodeError, KeyError) as e:  # KeyError: kio's unknown tagged field
+        raise ProtocolError(f"malformed Fetch v{h.api_version}: {e}") from None
+    req.MergeFrom(_fetch(request, h)[0][1])  # every other field (the topics: none there)
+    return SlicedRequest(Decoded(h, request), req)
+
+
+def encode_fetch_sliced(header: Header, _req: pb.FetchRequest, resp: pb.FetchResponse,
+                        slice_size: int = FETCH_ENCODE_SLICE) -> Generator[None, None, bytes]:
+    """``encode_answer`` of a Fetch answer, yielding after every ``slice_size`` partitions: the
+    response and each topic without partitions written by kio, the partitions spliced in, each
+    written by kio."""
+    version = header.api_version
+    cls = _response_class(FETCH, version)
+    topic_cls = _nested(cls, "responses")
+    part_cls = _nested(topic_cls, "partitions")
+    flexible = bool(cls.__flexible__)
+    if _field_plan(cls)[-1][0] != "responses" or _field_plan(topic_cls)[-1][0] != "partitions":
+        raise ValueError(f"Fetch v{version}: fields after an array")
+    tail = 1 if flexible else 0  # an entity's (empty) tagged fields
+    empty = 1 if flexible else 4  # an empty array's count
+    values = _fetch_out(None, [pb.FetchResponse(throttle_time_ms=resp.throttle_time_ms, error_code=resp.error_code,
+                                                session_id=resp.session_id)])
+    head = encode_response(header, build(cls, values))
+    cut = len(head) - tail - empty
+    n = len(resp.topics)
+    parts: list[bytes] = [head[4:cut], _uvarint(n + 1) if flexible else _I32.pack(n)]
+    write_topic = entity_writer(topic_cls)
+    write_part = entity_writer(part_cls)
+    chunk: list[bytes] = []
+    todo = slice_size
+    for t in resp.topics:
+        buf = io.BytesIO()
+        write_topic(buf, build(topic_cls, {"topic": t.name, "partitions": []}))
+        written = buf.getvalue()
+        m = len(t.partitions)
+        chunk.append(written[:len(written) - tail - empty])
+        chunk.append(_uvarint(m + 1) if flexible else _I32.pack(m))
+        for p in t.partitions:
+            buf = io.BytesIO()
+            write_part(buf, build(part_cls, _fetch_partition_out(p)))
+            chunk.append(buf.getvalue())
+            todo -= 1
+            if todo <= 0:
+                todo = slice_size
+                parts.append(b"".join(chunk))
+                chunk.clear()
+                yield
+        chunk.append(written[len(written) - tail:])
+    parts.append(b"".join(chunk))
+    parts.append(head[len(head) - tail:])
+    body = b"".join(parts)
+    return _I32.pack(len(body)) + body
+
+
 # ------------------------------------------------------------------ requests -> protobuf
 
 
@@ -592,11 +854,14 @@ def _fetch(r: Any, _h: Header) -> Plan:
 def _fetch_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
     resp: pb.FetchResponse = a[0]
     return {"throttle_time": resp.throttle_time_ms, "error_code": resp.error_code, "session_id": resp.session_id,
-            "responses": [{"topic": t.name, "partitions": [
-                {"partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,
-                 "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
-                 "aborted_transactions": (), "preferred_read_replica": -1, "records": p.records}
-                for p in t.partitions]} for t in resp.topics]}
+            "responses": [{"topic": t.name, "partitions": [_fetch_partition_out(p) for p in t.partitions]}
+                          for t in resp.topics]}
+
+
+def _fetch_partition_out(p: pb.FetchPartitionResponse) -> dict[str, Any]:
+    return {"partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,
+            "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
+            "aborted_transactions": (), "preferred_read_replica": -1, "records": p.records}
 
 
 def _list_offsets(r: Any, _h: Header) -> Plan:

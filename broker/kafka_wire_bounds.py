@@ -127,19 +127,23 @@ def _min_primitive_size(f: _Field, flexible: bool) -> int:
 def _walk(s: _Schema, buf: bytes | memoryview, pos: int, end: int) -> int:
     for f in s.fields:
         pos = _walk_field(f, s.flexible, buf, pos, end)
-    if s.flexible:
-        count, pos = _uvarint(buf, pos, end)
-        if count * 2 > end - pos:  # each tagged field: a tag and a size, one byte at least each
-            raise FrameBoundsError(f"{count} tagged fields in {end - pos} bytes")
-        for _ in range(count):
-            tag, pos = _uvarint(buf, pos, end)
-            size, pos = _uvarint(buf, pos, end)
-            if size > end - pos:
-                raise FrameBoundsError(f"tagged field {tag} of {size} bytes in {end - pos}")
-            known = s.tagged.get(tag)
-            if known is not None:
-                _walk_field(known, True, buf, pos, pos + size)
-            pos += size
+    return _walk_tagged(s, buf, pos, end) if s.flexible else pos
+
+
+def _walk_tagged(s: _Schema, buf: bytes | memoryview, pos: int, end: int) -> int:
+    """Past the tagged fields of an entity of schema ``s`` (flexible) at ``pos``, each checked."""
+    count, pos = _uvarint(buf, pos, end)
+    if count * 2 > end - pos:  # each tagged field: a tag and a size, one byte at least each
+        raise FrameBoundsError(f"{count} tagged fields in {end - pos} bytes")
+    for _ in range(count):
+        tag, pos = _uvarint(buf, pos, end)
+        size, pos = _uvarint(buf, pos, end)
+        if size > end - pos:
+            raise FrameBoundsError(f"tagged field {tag} of {size} bytes in {end - pos}")
+        known = s.tagged.get(tag)
+        if known is not None:
+            _walk_field(known, True, buf, pos, pos + size)
+        pos += size
     return pos
 
 
@@ -251,3 +255,22 @@ def check_entity(cls: Any, frame: bytes | memoryview, pos: int) -> int:
     """Where one encoded ``cls`` entity starting at ``pos`` ends, its every length checked (as
     ``check_request`` checks it inside a request)."""
     return _walk(_schema(cls), frame, pos, len(frame))
+
+
+def field_offset(cls: Any, name: str, frame: bytes | memoryview, pos: int) -> int:
+    """Where the field ``name`` of a ``cls`` entity starting at ``pos`` begins, every field before
+    it checked (as ``check_request`` checks them)."""
+    s = _schema(cls)
+    end = len(frame)
+    for f in s.fields:
+        if f.name == name:
+            return pos
+        pos = _walk_field(f, s.flexible, frame, pos, end)
+    raise ValueError(f"{cls.__name__} has no field {name!r}")
+
+
+def check_tagged(cls: Any, frame: bytes | memoryview, pos: int) -> int:
+    """Where the tagged fields of a ``cls`` entity (of a flexible version) starting at ``pos``
+    end, each checked; ``pos`` itself when ``cls`` is not flexible."""
+    s = _schema(cls)
+    return _walk_tagged(s, frame, pos, len(frame)) if s.flexible else pos

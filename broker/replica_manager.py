@@ -408,6 +408,12 @@ class ReplicaManager:
     # ------------------------------------------------------------ fetch
 
     async def handle_fetch(self, req: pb.FetchRequest, ctx: RequestContext = LOCAL_CLIENT) -> pb.FetchResponse:
+        if req.replica_id == -1 and not req.forgotten and (
+                not req.HasField("session_epoch") or (req.session_epoch == -1 and not req.session_id)) and \
+                sum(len(t.partitions) for t in req.topics) > self.settings.max_request_partitions:
+            # A sessionless consumer fetch of too many partitions (20,000 fit in the limits): every
+            # one INVALID_REQUEST, as below, the answer built in slices (SPEC S15.2).
+            return await _refused_fetch(req)
         follower = req.replica_id >= 0
         entries = [(t.name, fp.partition) for t in req.topics for fp in t.partitions]
         limit = 1 << 31 if follower else self.settings.max_request_partitions
@@ -911,6 +917,26 @@ class ReplicaManager:
 
     def leader_count(self) -> int:
         return sum(1 for p in self.partitions.values() if p.is_leader)
+
+
+FETCH_ANSWER_SLICE = 1000  # partitions added to a refused fetch's answer between two yields
+
+
+async def _refused_fetch(req: pb.FetchRequest, slice_size: int = FETCH_ANSWER_SLICE) -> pb.FetchResponse:
+    """``_read_fetch``'s answer when every partition's verdict is INVALID_REQUEST (nothing read),
+    built in slices with the loop free between them."""
+    resp = pb.FetchResponse(error_code=E.NONE)
+    todo = slice_size
+    for td in req.topics:
+        add = resp.topics.add(name=td.name).partitions.add
+        for fp in td.partitions:
+            add(partition=fp.partition, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                log_end_offset=-1, error_code=E.INVALID_REQUEST)
+            todo -= 1
+            if todo <= 0:
+                todo = slice_size
+                await asyncio.sleep(0)
+    return resp
 
 
 def _epoch_of(part: pb.FetchPartition | pb.ListOffsetsPartition | pb.OffsetForLeaderPartition) -> int:
