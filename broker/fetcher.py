@@ -393,8 +393,15 @@ class ReplicaFetcherManager(FetcherManagerProtocol):
         self.security = PLAINTEXT_SECURITY
         self.fetchers: dict[tuple[int, str, int, int], ReplicaFetcher] = {}
         self._stopping: set[asyncio.Task[None]] = set()
+        # Set when this broker begins its controlled shutdown: it copies nothing more, so that no
+        # leader takes it back into an ISR the controller just removed it from (the leaders move,
+        # the broker becomes their follower and its fetch at the log end looked caught up:
+        # Kafka's KIP-841 keeps shutting-down brokers out of ISRs for the same reason).
+        self.stopped = False
 
     def add_partition(self, p: Partition, leader: pb.BrokerEndpoint) -> None:
+        if self.stopped:
+            return
         # A restarted leader has a new replica fetch port (a free one, by default): a new fetcher.
         key = (leader.broker_id, leader.host, leader.port, leader.replica_fetch_port)
         f = self.fetchers.get(key)

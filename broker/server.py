@@ -406,6 +406,8 @@ class KafkaServer:
         log.info("broker %d: shutting down", self.broker_id)
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         if controlled and self.registered.is_set():
+            self.fetcher_manager.stopped = True
+            await self.fetcher_manager.shutdown()
             await self.controlled_shutdown()
         for t in list(self._tasks):
             t.cancel()
