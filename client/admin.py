@@ -89,10 +89,21 @@ class AdminClient:
         self.close()
 
     def _any(self) -> Any:
+        """Any broker that accepts a connection: the metadata may still list one that just died
+        (the controller has not told the others yet), so each is tried in turn, as Kafka's
+        AdminClient moves on from a node it cannot reach. None reachable: the first, whose call
+        then fails with the typed error of an unreachable broker."""
         if not self.view.brokers:
             self.view.refresh([])
-        address = next(iter(self.view.brokers.values()), self.view.bootstrap[0])
-        return self.view.connection(address).api
+        candidates = list(dict.fromkeys([*self.view.brokers.values(), *self.view.bootstrap]))
+        for address in candidates:
+            conn = self.view.connection(address)
+            try:
+                grpc.channel_ready_future(conn.channel).result(timeout=min(2.0, self.timeout_s))
+            except grpc.FutureTimeoutError:
+                continue
+            return conn.api
+        return self.view.connection(candidates[0]).api
 
     # ------------------------------------------------------------ topics
 

@@ -211,3 +211,20 @@ def test_consumer_follows_a_leader_change_and_seeks(cluster) -> None:  # type: i
         consumer.seek(tp, 55)
         assert [r.offset for r in consumer.poll(timeout_ms=2000)][:1] == [55]
         assert consumer.end_offsets([tp])[tp] == 60
+
+
+def test_admin_client_moves_on_from_a_broker_that_just_died(cluster) -> None:  # type: ignore[no-untyped-def]
+    """The metadata still lists a broker killed a moment ago (the controller has not told the others
+    yet): the admin client tried the first listed broker only and failed with UNAVAILABLE (a flaky
+    test_cluster_lives run); as Kafka's AdminClient it moves on to a broker it can reach."""
+    from client.admin import NewTopic
+
+    c = cluster.start(3)
+    first = c.state.brokers[1].address
+    others = [b.address for i, b in sorted(c.state.brokers.items()) if i != 1]
+    with AdminClient(",".join([first, *others])) as admin:
+        admin.list_topics()  # metadata known, broker 1 first in it
+        c.signal(1, "KILL")
+        c.wait_for_exit(1)
+        admin.create_topics([NewTopic("after-kill", 1, 2)])
+        assert "after-kill" in admin.list_topics()
