@@ -99,8 +99,10 @@ class AdminClient:
         for address in candidates:
             conn = self.view.connection(address)
             try:
-                grpc.channel_ready_future(conn.channel).result(timeout=min(2.0, self.timeout_s))
-            except grpc.FutureTimeoutError:
+                # A Metadata request for no topic: the cheapest call every broker answers. (grpc's
+                # channel_ready_future leaves a polling thread that fails once the channel closes.)
+                conn.api.Metadata(pb.MetadataRequest(), timeout=min(2.0, self.timeout_s))
+            except grpc.RpcError:
                 continue
             return conn.api
         return self.view.connection(candidates[0]).api
