@@ -183,7 +183,7 @@ class ClusterFixture:
                 # Free ports are picked before the brokers bind them, and a port can be taken in
                 # between (another process's outgoing connection gets it as its ephemeral port):
                 # seen once in a full run. up() stopped what it started; pick ports again, once.
-                if attempt == 1 or "address already in use" not in str(e):
+                if attempt == 1 or "address already in use" not in str(e).lower():
                     raise
         raise AssertionError("unreachable")
 
