@@ -91,14 +91,7 @@ def _decode(frame: bytes, flexible: bool) -> pb.ProduceRequest:
     if flexible:
         pos = _no_tags(frame, pos, end)
     # transactional_id: nullable string.
-    if flexible:
-        n, pos = _uvarint(frame, pos, end)
-        n -= 1
-    else:
-        if pos + 2 > end:
-            raise _Malformed
-        (n,) = _I16.unpack_from(frame, pos)
-        pos += 2
+    n, pos = _length(frame, pos, end, flexible, _I16)
     transactional_id = ""
     if n >= 0:
         if pos + n > end:
@@ -114,14 +107,7 @@ def _decode(frame: bytes, flexible: bool) -> pb.ProduceRequest:
     req = pb.ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms)
     topics, pos = _count(frame, pos, end, flexible)
     for _ in range(topics):
-        if flexible:
-            n, pos = _uvarint(frame, pos, end)
-            n -= 1
-        else:
-            if pos + 2 > end:
-                raise _Malformed
-            (n,) = _I16.unpack_from(frame, pos)
-            pos += 2
+        n, pos = _length(frame, pos, end, flexible, _I16)
         if n < 0 or pos + n > end:
             raise _Malformed
         t = req.topics.add(name=frame[pos:pos + n].decode())
@@ -133,14 +119,7 @@ def _decode(frame: bytes, flexible: bool) -> pb.ProduceRequest:
                 raise _Malformed
             (index,) = _I32.unpack_from(frame, pos)
             pos += 4
-            if flexible:
-                n, pos = _uvarint(frame, pos, end)
-                n -= 1
-            else:
-                if pos + 4 > end:
-                    raise _Malformed
-                (n,) = _I32.unpack_from(frame, pos)
-                pos += 4
+            n, pos = _length(frame, pos, end, flexible, _I32)
             if n >= 0:
                 if pos + n > end:
                     raise _Malformed
@@ -159,16 +138,21 @@ def _decode(frame: bytes, flexible: bool) -> pb.ProduceRequest:
     return req
 
 
-def _count(frame: bytes, pos: int, end: int, flexible: bool) -> tuple[int, int]:
-    """An array's element count; never more than the bytes left could hold (no null arrays here)."""
+def _length(frame: bytes, pos: int, end: int, flexible: bool, legacy: struct.Struct) -> tuple[int, int]:
+    """A length or count (-1: null): a compact varint (value + 1) in flexible versions, else the
+    legacy int16 (strings) or int32 (bytes, arrays) ``legacy``."""
     if flexible:
         n, pos = _uvarint(frame, pos, end)
-        n -= 1
-    else:
-        if pos + 4 > end:
-            raise _Malformed
-        (n,) = _I32.unpack_from(frame, pos)
-        pos += 4
+        return n - 1, pos
+    if pos + legacy.size > end:
+        raise _Malformed
+    (n,) = legacy.unpack_from(frame, pos)
+    return n, pos + legacy.size
+
+
+def _count(frame: bytes, pos: int, end: int, flexible: bool) -> tuple[int, int]:
+    """An array's element count; never more than the bytes left could hold (no null arrays here)."""
+    n, pos = _length(frame, pos, end, flexible, _I32)
     if n < 0 or n > end - pos:
         raise _Malformed
     return n, pos

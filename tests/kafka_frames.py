@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import socket
 import struct
 from typing import Any
 
@@ -33,3 +34,20 @@ def read_response(data: bytes, api_key: int, version: int) -> tuple[int, Any]:
     body, m = entity_reader(cls)(data, 4 + n)
     assert 4 + n + m == len(data), "the response frame has trailing bytes"
     return header.correlation_id, body
+
+
+def recv_exactly(s: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``s`` (each recv returns at least one byte, or b"" when the peer closed)."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def read_frame(s: socket.socket) -> bytes:
+    """One size-prefixed frame from ``s``, prefix included."""
+    size = recv_exactly(s, 4)
+    return size + recv_exactly(s, int.from_bytes(size, "big"))

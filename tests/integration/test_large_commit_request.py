@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from helpers import ClusterFixture
-from kafka_frames import frame, read_response
+from kafka_frames import frame, read_frame, read_response
 
 pytestmark = pytest.mark.integration
 
@@ -27,21 +27,6 @@ BIG_ANSWERED_WITHIN_S = 60.0
 STALL_LIMIT_S = 0.3  # the longest ApiVersions wait while the big request is worked on (a few ms now)
 INVALID_REQUEST = 42
 UNKNOWN_TOPIC_OR_PARTITION = 3
-
-
-def _recv_exactly(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
-def _read_frame(s: socket.socket) -> bytes:
-    size = _recv_exactly(s, 4)
-    return size + _recv_exactly(s, int.from_bytes(size, "big"))
 
 
 def _readable(s: socket.socket) -> bool:
@@ -71,7 +56,7 @@ def test_an_offset_commit_of_100k_partitions_does_not_hold_up_another_client(clu
         big.settimeout(BIG_ANSWERED_WITHIN_S)
         versions_v3 = frame(18, 3, correlation_id=1)
         other.sendall(struct.pack(">i", len(versions_v3)) + versions_v3)
-        assert read_response(_read_frame(other), 18, 3)[0] == 1
+        assert read_response(read_frame(other), 18, 3)[0] == 1
 
         big.sendall(struct.pack(">i", len(big_frame)) + big_frame)
         time.sleep(0.1)  # the broker has read the whole frame and is working on it
@@ -81,7 +66,7 @@ def test_an_offset_commit_of_100k_partitions_does_not_hold_up_another_client(clu
             request = frame(18, 3, correlation_id=cid)
             start = time.monotonic()
             other.sendall(struct.pack(">i", len(request)) + request)
-            got, versions = read_response(_read_frame(other), 18, 3)
+            got, versions = read_response(read_frame(other), 18, 3)
             assert (got, versions.error_code) == (cid, 0) and versions.api_keys
             slowest = max(slowest, time.monotonic() - start)
             if _readable(big):
@@ -92,20 +77,20 @@ def test_an_offset_commit_of_100k_partitions_does_not_hold_up_another_client(clu
         # Milliseconds now; 0.7 s here (2.6 s in bench/large_request_bench.py) when it went in one go.
         assert slowest < STALL_LIMIT_S, f"an ApiVersions waited {slowest:.3f} s"
 
-        got, resp = read_response(_read_frame(big), 8, VERSION)
+        got, resp = read_response(read_frame(big), 8, VERSION)
         assert got == 77
         assert _codes(resp) == [("nosuch", p, INVALID_REQUEST) for p in range(PARTITIONS)]
 
         # Within the limit, through the same sliced path (a 40 KB frame): judged partition by partition.
         within = _commit(2000, 78)
         big.sendall(struct.pack(">i", len(within)) + within)
-        got, resp = read_response(_read_frame(big), 8, VERSION)
+        got, resp = read_response(read_frame(big), 8, VERSION)
         assert got == 78
         assert _codes(resp) == [("nosuch", p, UNKNOWN_TOPIC_OR_PARTITION) for p in range(2000)]
 
         again = frame(18, 3, correlation_id=8)
         big.sendall(struct.pack(">i", len(again)) + again)
-        assert read_response(_read_frame(big), 18, 3)[0] == 8
+        assert read_response(read_frame(big), 18, 3)[0] == 8
 
 
 def _fetch(partitions: int, correlation_id: int) -> bytes:
@@ -130,20 +115,20 @@ def test_a_consumer_fetch_of_20k_partitions_is_answered_in_slices(cluster: Clust
         big.settimeout(BIG_ANSWERED_WITHIN_S)
         versions_v3 = frame(18, 3, correlation_id=1)
         other.sendall(struct.pack(">i", len(versions_v3)) + versions_v3)
-        assert read_response(_read_frame(other), 18, 3)[0] == 1
+        assert read_response(read_frame(other), 18, 3)[0] == 1
         big.sendall(struct.pack(">i", len(big_frame)) + big_frame)
         slowest = 0.0
         for cid in range(2, 42):
             request = frame(18, 3, correlation_id=cid)
             start = time.monotonic()
             other.sendall(struct.pack(">i", len(request)) + request)
-            assert read_response(_read_frame(other), 18, 3)[0] == cid
+            assert read_response(read_frame(other), 18, 3)[0] == cid
             slowest = max(slowest, time.monotonic() - start)
             if _readable(big):
                 break
             time.sleep(0.01)
         assert slowest < STALL_LIMIT_S, f"an ApiVersions waited {slowest:.3f} s"
-        got, resp = read_response(_read_frame(big), 1, 11)
+        got, resp = read_response(read_frame(big), 1, 11)
         assert got == 91 and resp.error_code == 0
         assert [(t.topic, p.partition_index, int(p.error_code), p.high_watermark, p.records)
                 for t in resp.responses for p in t.partitions] == \

@@ -15,28 +15,13 @@ import time
 
 import pytest
 from helpers import ClusterFixture
-from kafka_frames import frame, read_response
+from kafka_frames import frame, read_frame, read_response
 
 pytestmark = pytest.mark.integration
 
 NAMES = 300_000
 ANSWERED_WITHIN_S = 5.0  # ApiVersions: generous (answered in milliseconds now, ~4 s before)
 BIG_ANSWERED_WITHIN_S = 60.0
-
-
-def _recv_exactly(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
-def _read_frame(s: socket.socket) -> bytes:
-    size = _recv_exactly(s, 4)
-    return size + _recv_exactly(s, int.from_bytes(size, "big"))
 
 
 def _readable(s: socket.socket) -> bool:
@@ -55,7 +40,7 @@ def test_a_metadata_request_of_300k_names_does_not_hold_up_another_client(cluste
         # The connection is served before the big request comes (a first ApiVersions answered).
         versions_v3 = frame(18, 3, correlation_id=1)
         other.sendall(struct.pack(">i", len(versions_v3)) + versions_v3)
-        assert read_response(_read_frame(other), 18, 3)[0] == 1
+        assert read_response(read_frame(other), 18, 3)[0] == 1
 
         big.sendall(struct.pack(">i", len(big_frame)) + big_frame)
         time.sleep(0.3)  # the broker has read the whole frame and is working on it
@@ -64,14 +49,14 @@ def test_a_metadata_request_of_300k_names_does_not_hold_up_another_client(cluste
             request = frame(18, 3, correlation_id=cid)
             start = time.monotonic()
             other.sendall(struct.pack(">i", len(request)) + request)
-            got, versions = read_response(_read_frame(other), 18, 3)
+            got, versions = read_response(read_frame(other), 18, 3)
             assert (got, versions.error_code) == (cid, 0) and versions.api_keys
             assert time.monotonic() - start < ANSWERED_WITHIN_S
             if not _readable(big):  # no byte of the big answer yet: answered while it was worked on
                 answered_while_big_pending += 1
         assert answered_while_big_pending > 0, "ApiVersions was answered only after the big Metadata"
 
-        got, md = read_response(_read_frame(big), 3, 1)
+        got, md = read_response(read_frame(big), 3, 1)
         assert got == 77
         assert len(md.topics) == NAMES
         assert {(t.name, int(t.error_code), t.is_internal, t.partitions) for t in md.topics} == \
@@ -81,4 +66,4 @@ def test_a_metadata_request_of_300k_names_does_not_hold_up_another_client(cluste
         # And the broker goes on answering both connections as before.
         again = frame(18, 3, correlation_id=8)
         big.sendall(struct.pack(">i", len(again)) + again)
-        assert read_response(_read_frame(big), 18, 3)[0] == 8
+        assert read_response(read_frame(big), 18, 3)[0] == 8
