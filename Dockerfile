@@ -9,6 +9,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev &
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY proto ./proto
+COPY zk ./zk
 COPY broker ./broker
 COPY controller ./controller
 COPY client ./client

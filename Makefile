@@ -37,7 +37,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 typecheck: setup
-	$(BIN)/mypy proto broker controller client bench spark_jobs
+	$(BIN)/mypy proto zk broker controller client bench spark_jobs
 
 test: setup lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -12,12 +12,12 @@ from typing import Any
 
 import uvloop
 
-from broker.allocator import tune_malloc
-from broker.config import ConfigError, load_config
 from broker.log.manager import LogDirLockedError
-from broker.observability import JsonFormatter
-from broker.server import KafkaServer
-from proto.zk_client import BrokerIdInUseError, ZooKeeperUnreachableError
+from broker.server.allocator import tune_malloc
+from broker.server.config import ConfigError, load_config
+from broker.server.kafka_server import KafkaServer
+from broker.server.observability import JsonFormatter
+from zk.client import BrokerIdInUseError, ZooKeeperUnreachableError
 
 
 def add_parser(sub: Any) -> None:
@@ -32,7 +32,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    tune_malloc()  # before the first batch-sized buffer: see broker/allocator.py
+    tune_malloc()  # before the first batch-sized buffer: see broker/server/allocator.py
     try:
         config = load_config(args.config, args.set)
     except ConfigError as e:

@@ -4,14 +4,14 @@ answers matched in order.
 Theory of operation
 -------------------
 acks=all is a chain of hops: the produce, the followers' fetches and the answer. The followers
-fetch over plain sockets (``broker.replica_fetch_socket``); the produce and its answer went over
+fetch over plain sockets (``broker.network.replica_fetch_socket``); the produce and its answer went over
 a grpc.aio stream, where each hop costs ~0.2 ms and ~150 us of CPU on each side, against
 ~30 us on a socket. So when a broker offers a Kafka listener of the client's own security
 protocol, PLAINTEXT or SSL (``MetadataResponse``'s ``kafka_produce_host``/``_port``: the same
 principal under the same ACLs as on its gRPC listener), the producer sends its Produce
 requests there as Kafka's own producers do: Produce v8 frames (``proto.kafka_produce``), several
 in flight, appended by the broker on arrival and answered in order
-(``broker.kafka_listener``). Everything else stays on gRPC.
+(``broker.network.kafka_listener``). Everything else stays on gRPC.
 
 This class has the interface of ``client.produce_stream.ProduceStream`` (``send``, ``fail``,
 ``close``, ``failed``), so the producer treats both alike. ``send`` writes the frame at once,

@@ -28,7 +28,7 @@ from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import CHANNEL_OPTIONS
 from proto.names import TopicPartition
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
-from proto.zk_data import BrokerRegistration
+from zk.data import BrokerRegistration
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from controller.state_machine import PartitionState, ReplicaState
 from proto.names import TopicPartition
-from proto.zk_data import BrokerRegistration, LeaderIsrAndControllerEpoch
+from zk.data import BrokerRegistration, LeaderIsrAndControllerEpoch
 
 
 @dataclass

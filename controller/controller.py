@@ -26,7 +26,7 @@ moved: a successor exists) resigns; any other failure resigns, gives up ``/contr
 the election again, so a controller never runs on with half-applied state. A lost session is an
 ``Expire`` that clears the queue and resigns at once. The controller becomes ``active`` only
 after its failover load committed. ZooKeeper access goes through one gateway
-(``proto.zk_client``) that recognises lost replies; the channel manager and the scheduler
+(``zk.client``) that recognises lost replies; the channel manager and the scheduler
 are injectable, so the deterministic simulation (tests/simulation) runs this very class.
 """
 
@@ -90,8 +90,8 @@ from controller.state_machine import ElectionStrategy, PartitionState, ReplicaSt
 from proto import minikafka_pb2 as pb
 from proto.names import TopicPartition
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
-from proto.zk_client import ControllerMovedError, KafkaZkClient, PartialCommitError
-from proto.zk_data import (
+from zk.client import ControllerMovedError, KafkaZkClient, PartialCommitError
+from zk.data import (
     NO_LEADER,
     BrokerIdsZNode,
     BrokerRegistration,

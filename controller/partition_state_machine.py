@@ -29,8 +29,8 @@ from controller.state_machine import (
     remove_replica_from_isr,
 )
 from proto.names import TopicPartition
-from proto.zk_client import KafkaZkClient, ZkWrite
-from proto.zk_data import (
+from zk.client import KafkaZkClient, ZkWrite
+from zk.data import (
     NO_LEADER,
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,

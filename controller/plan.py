@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from controller.channel import RequestBatch
 from controller.events import Event
-from proto.zk_client import ZkWrite
-from proto.zk_data import BrokerRegistration, TopicPartitionId
+from zk.client import ZkWrite
+from zk.data import BrokerRegistration, TopicPartitionId
 
 
 # Idempotent ZooKeeper clean-ups the shell runs after a commit, each guarded by the controller epoch

@@ -16,8 +16,8 @@ from controller.partition_state_machine import Scope, change_leadership, replica
 from controller.plan import RewriteReassignment
 from controller.state_machine import ReplicaState
 from proto.names import TopicPartition
-from proto.zk_client import ZkWrite
-from proto.zk_data import NO_LEADER, LeaderAndIsr, TopicPartitionId, TopicZNode
+from zk.client import ZkWrite
+from zk.data import NO_LEADER, LeaderAndIsr, TopicPartitionId, TopicZNode
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from controller.election import (
     preferred_replica_partition_leader_election,
     reassign_partition_leader_election,
 )
-from proto.zk_data import NO_LEADER, LeaderAndIsr
+from zk.data import NO_LEADER, LeaderAndIsr
 
 
 class PartitionState(Enum):

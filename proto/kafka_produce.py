@@ -7,7 +7,7 @@ when the broker offers one of the client's security protocol (``MetadataResponse
 ``kafka_produce_*``; ``client.kafka_produce`` is the connection): a message on a grpc.aio stream
 costs each side ~150 us of CPU and ~0.2 ms per hop, a frame on a plain socket ~15-30 us. The
 broker translates the request into the same ``ProduceRequest`` the gRPC listener takes
-(``broker.kafka_wire``), so this module only writes and reads Kafka's bytes:
+(``broker.network.kafka_wire``), so this module only writes and reads Kafka's bytes:
 
 * request: header v1 (api key 0, version 8, correlation id, client id), then Produce v8 -
   transactional id (null), acks, timeout, and per topic and partition the record batch bytes as
@@ -16,7 +16,7 @@ broker translates the request into the same ``ProduceRequest`` the gRPC listener
   offset, log append time, log start offset, record errors and error message, then the
   throttle time - returned as the ``ProduceResponse`` the gRPC listener would have answered.
   The broker writes these answers with the same partition layout (``PARTITION_RESPONSE``,
-  ``broker.kafka_wire.encode_produce_response``).
+  ``broker.network.kafka_wire.encode_produce_response``).
 
 The response comes from the network, so every length is checked against the bytes there are:
 anything short, negative or left over raises ``ValueError`` and the connection goes.
@@ -38,7 +38,7 @@ _HEADER: Final = struct.Struct(">ihhih")  # size, api key, api version, correlat
 _ACKS_TIMEOUT: Final = struct.Struct(">hhi")  # transactional id length (-1: null), acks, timeout
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
-# One partition of a Produce v5-v8 answer: the broker writes it (broker.kafka_wire) and the producer reads it.
+# One partition of a Produce v5-v8 answer: the broker writes it (broker.network.kafka_wire) and the producer reads it.
 PARTITION_RESPONSE: Final = struct.Struct(">ihqqq")  # index, error code, base offset, log append time, log start offset
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from broker import kafka_wire as kw
+from broker.network import kafka_wire as kw
 
 
 def frame(api_key: int, version: int, values: dict[str, Any] | None = None, correlation_id: int = 7,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from proto import errors
-from proto.zk_data import LeaderAndIsr, LeaderIsrAndControllerEpoch
+from zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch
 
 NONE: Final = 0
 STALE_BROKER_EPOCH: Final = errors.StaleBrokerEpochError.code
@@ -73,7 +73,7 @@ def accept_controller_epoch(request_controller_epoch: int, known_controller_epoc
 
 
 class PartitionStateGateway(Protocol):
-    """The part of the ZooKeeper gateway (proto.zk_client.KafkaZkClient) an ISR write uses."""
+    """The part of the ZooKeeper gateway (zk.client.KafkaZkClient) an ISR write uses."""
 
     def update_partition_state(self, topic: str, partition: int, state: LeaderIsrAndControllerEpoch,
                                expected_version: int) -> int | None: ...

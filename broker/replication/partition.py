@@ -56,7 +56,7 @@ from broker.replication.state import (
 )
 from proto import errors
 from proto.names import TopicPartition
-from proto.zk_data import NO_LEADER
+from zk.data import NO_LEADER
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ of the type). ``AclAuthorizer.authorize`` answers one question, as Kafka does:
    Describe, and AlterConfigs grants DescribeConfigs (Kafka's implied operations);
 4. with no ACL at all on the resource, ``allow.everyone.if.no.acl.found`` decides (default: no).
 
-ACLs live in ZooKeeper under ``/kafka-acl/<Type>/<name>`` (Kafka's layout, proto.zk_data.AclZNode);
+ACLs live in ZooKeeper under ``/kafka-acl/<Type>/<name>`` (Kafka's layout, zk.data.AclZNode);
 the broker keeps them in this object and reloads a resource when ``/kafka-acl-changes`` says so.
 """
 

@@ -12,7 +12,7 @@ Theory of operation
   the inter-broker and control-plane listeners only broker principals are let through.
 * Authorization (``allowed``): the ACL authorizer when ``authorizer.class.name`` is set, else
   everything is allowed (Kafka's default). Brokers are super users of each other.
-* The Kafka wire-protocol listeners (``broker.kafka_listener``) take the same material as a Python
+* The Kafka wire-protocol listeners (``broker.network.kafka_listener``) take the same material as a Python
   ``ssl.SSLContext`` (``kafka_tls``) and authenticate SASL_SSL clients by SCRAM against the same
   credential cache (``kafka_sasl``); their principals follow the same mapping.
 * State from ZooKeeper: SCRAM credentials (``/config/users``) and ACLs (``/kafka-acl``) are loaded
@@ -31,9 +31,8 @@ from typing import Any
 
 import grpc
 
-from broker.config import BrokerConfig, Listener
-from broker.kafka_sasl import SaslServerConfig
 from broker.security.authorizer import CLUSTER, CLUSTER_NAME, AclAuthorizer, Resource
+from broker.security.kafka_sasl import SaslServerConfig
 from broker.security.principal import (
     ANONYMOUS,
     SASL_SSL,
@@ -44,6 +43,7 @@ from broker.security.principal import (
     peer_host,
     user,
 )
+from broker.server.config import BrokerConfig, Listener
 from proto import errors
 from proto.scram import MECHANISM, CredentialCache
 from proto.transport import AUTH_HEADER, ChannelSecurity, parse_sasl_header, read_key_pair
@@ -103,7 +103,7 @@ class Gatekeeper:
         return self._server_tls(listener.security_protocol == SSL and self.config.ssl_client_auth == "required")
 
     def replica_fetch_tls(self) -> ssl.SSLContext:
-        """The TLS side of the replica fetch listener (``broker.replica_fetch_socket``): mutual TLS
+        """The TLS side of the replica fetch listener (``broker.network.replica_fetch_socket``): mutual TLS
         with a certificate signed by the cluster CA, as on the inter-broker gRPC listener."""
         return self._server_tls(require_client_cert=True)
 

@@ -135,7 +135,7 @@ def _bootstrap_user(args: argparse.Namespace, password: str) -> None:
     """A SCRAM credential straight into ZooKeeper before any broker runs (Kafka's
     ``kafka-configs --zookeeper``), with the brokers' ZooKeeper ACLs."""
     from proto.scram import MECHANISM, new_credential
-    from proto.zk_client import KafkaZkClient, read_digest
+    from zk.client import KafkaZkClient, read_digest
 
     if args.zookeeper_digest_file is None:
         raise errors.InvalidRequestError("--zookeeper-bootstrap needs --zookeeper-digest-file")

@@ -36,7 +36,7 @@ from client.ops.certs import CA_CERT
 from proto.properties import parse_properties
 from proto.scram import MECHANISM, new_credential
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
-from proto.zk_client import ZooKeeperUnreachableError
+from zk.client import ZooKeeperUnreachableError
 
 ZK_JAR = Path("/usr/share/java/zookeeper.jar")
 # The checkout this module belongs to (client/ops/local_cluster.py -> the repository root): brokers
@@ -489,7 +489,7 @@ class LocalCluster:
     def _bootstrap_admin(self, connect: str) -> None:
         """--secure: the admin super user's SCRAM credential straight into ZooKeeper (as Kafka's
         ``kafka-configs --zookeeper``), before any broker starts, and its client.properties."""
-        from proto.zk_client import KafkaZkClient
+        from zk.client import KafkaZkClient
 
         assert self.state is not None
         password = secrets_token(18)
@@ -622,7 +622,7 @@ class LocalCluster:
         """Registered brokers, controller id and controller epoch, as ZooKeeper says."""
         import logging
 
-        from proto.zk_client import KafkaZkClient
+        from zk.client import KafkaZkClient
 
         logging.getLogger("kazoo").setLevel(logging.ERROR)
         state = self.state or ClusterState.load(self.dir)

@@ -24,7 +24,7 @@ from client.ops.history import FAIL, OK, check
 from client.ops.local_cluster import pid_alive
 from client.ops.verify_replicas import verify
 from proto import errors
-from proto.zk_data import ControllerEpochZNode
+from zk.data import ControllerEpochZNode
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 2

@@ -23,7 +23,7 @@ from zk_proxy import ZkFaultProxy
 from client.connection import ClusterView
 from client.ops.local_cluster import LocalCluster, pid_alive
 from proto import minikafka_pb2 as pb
-from proto.zk_data import (
+from zk.data import (
     ControllerEpochZNode,
     ControllerZNode,
     LeaderIsrAndControllerEpoch,

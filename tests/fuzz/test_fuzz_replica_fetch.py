@@ -1,4 +1,4 @@
-"""The replica fetch listener (broker.replica_fetch_socket) under hostile frames from an
+"""The replica fetch listener (broker.network.replica_fetch_socket) under hostile frames from an
 authenticated broker (SPEC S12, S13): whatever the frame - random bytes, a FollowerFetch with
 absurd offsets, sizes, waits and epochs - the leader answers with typed codes or closes that one
 connection, and the cluster's invariants hold after every example (alive, topics intact, writable,
@@ -17,10 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kazoo.client import KazooClient
 
-from broker.replica_fetch_socket import FOLLOWER_FETCH, encode_request
+from broker.network.replica_fetch_socket import FOLLOWER_FETCH, encode_request
 from proto import minikafka_pb2 as pb
 from proto.transport import ChannelSecurity
-from proto.zk_data import BrokerIdZNode
+from zk.data import BrokerIdZNode
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from helpers import E, batch_of, create_topic, isr_of, leader_of, produce, wait_
 from kazoo.client import KazooClient
 
 from proto import minikafka_pb2 as pb
-from proto.zk_data import PreferredReplicaElectionZNode, TopicPartitionId
+from zk.data import PreferredReplicaElectionZNode, TopicPartitionId
 
 pytestmark = pytest.mark.integration
 

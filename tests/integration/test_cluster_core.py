@@ -28,7 +28,7 @@ from kazoo.client import KazooClient
 from controller.assignment import assign_replicas
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Record, encode_batch
-from proto.zk_data import ControllerEpochZNode, TopicPartitionStateZNode, TopicZNode
+from zk.data import ControllerEpochZNode, TopicPartitionStateZNode, TopicZNode
 
 pytestmark = pytest.mark.integration
 

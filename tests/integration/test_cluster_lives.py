@@ -12,7 +12,7 @@ made leader again after the event, so what a client sees is what *its* cache say
   from any broker (bug 2: a coordinator paused past its session served its old offsets), and a
   commit made elsewhere during the event is what the victim serves once it coordinates again.
 
-ACLs and SCRAM credentials follow the same rule through the same code (broker.dynamic_config);
+ACLs and SCRAM credentials follow the same rule through the same code (broker.server.dynamic_config);
 their reload after a new session is covered by tests/unit/test_dynamic_config.py and their load
 before serving by tests/integration/test_security.py.
 """
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from helpers import ClusterFixture, E, batch_of, fresh_chroot, produce, wait_for
 
-from broker.group_state import coordinator_for
+from broker.coordinator.group.group_state import coordinator_for
 from client.admin import AdminClient
 from client.connection import ClusterView
 from client.consumer import TopicPartition

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from broker.config import build_config
+from broker.server.config import build_config
 from client.cli import build_parser
 from client.ops.local_cluster import BrokerProc, broker_properties
 
@@ -62,7 +62,7 @@ def test_compose_brokers_match_the_local_launcher() -> None:
             # Followers fetch on a fixed port beside INTERNAL (never published, checked below).
             assert cfg.replica_fetch_listener_port == int(f"{cfg.broker_id}9095")
             # The Kafka protocol listener, advertised under the broker's name: PLAINTEXT on the plain
-            # cluster, SASL_SSL on the secure one (broker.config refuses anything weaker there).
+            # cluster, SASL_SSL on the secure one (broker.server.config refuses anything weaker there).
             assert [(x.name, x.host, x.security_protocol) for x in cfg.advertised_kafka_listener_list] == \
                 [("KAFKA", name, "SASL_SSL" if secure else "PLAINTEXT")]
         plain = build_config({**dict(i.split("=", 1) for i in parser.parse_args(svc["command"]).set),

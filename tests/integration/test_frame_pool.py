@@ -22,7 +22,7 @@ import pytest
 from helpers import ClusterFixture, batch_of, produce, ready_topic
 from kafka_frames import frame, read_response
 
-from broker.kafka_sasl import MAX_PREAUTH_FRAME_BYTES
+from broker.security.kafka_sasl import MAX_PREAUTH_FRAME_BYTES
 from client.connection import ClusterView
 from client.ops.local_cluster import BrokerProc
 from proto import minikafka_pb2 as pb

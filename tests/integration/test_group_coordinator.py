@@ -19,7 +19,7 @@ from client.admin import AdminClient
 from client.consumer import Consumer, TopicPartition
 from client.group_client import GroupMember
 from client.producer import Producer
-from proto.zk_data import ConsumersZNode
+from zk.data import ConsumersZNode
 
 pytestmark = pytest.mark.integration
 PARTS = 4

@@ -188,7 +188,7 @@ def test_a_hostile_frame_closes_only_its_own_connection(module_cluster) -> None:
     bootstrap = kafka_bootstrap(module_cluster)
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
     # A Fetch v12 whose topics count claims 2**32 - 1 entries: kio's compiled reader used to reserve
-    # memory for them and abort the broker (broker/kafka_wire_bounds.py).
+    # memory for them and abort the broker (broker/network/kafka_wire_bounds.py).
     fetch = bytes.fromhex("0001000c0000000700047465737400ffffffff00000000000000007fffffff0000000000ffffffff"
                           "ffffffff0f010100")
     for bad in (struct.pack(">i", 1 << 30), struct.pack(">i", 14) + b"\x00\x03\x00\x09" + b"\xff" * 10,

@@ -1,4 +1,4 @@
-"""The replica fetch listener (broker.replica_fetch_socket) on real brokers: followers fetch over
+"""The replica fetch listener (broker.network.replica_fetch_socket) on real brokers: followers fetch over
 it, it serves brokers only (SPEC S12.1), and hostile frames close only their own connection (S13)."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from helpers import batch_of, isr_of, produce, ready_topic
 from kazoo.client import KazooClient
 from test_observability import scrape
 
-from broker.fetcher import FetcherSettings, ReplicaFetcher
-from broker.replica_fetch_socket import ReplicaFetchConnection, encode_request
+from broker.network.replica_fetch_socket import ReplicaFetchConnection, encode_request
+from broker.replication.fetcher import FetcherSettings, ReplicaFetcher
 from client.ops import certs
 from client.ops.local_cluster import free_port
 from proto import minikafka_pb2 as pb
 from proto.transport import ChannelSecurity
-from proto.zk_data import BrokerIdZNode, BrokerRegistration
+from zk.data import BrokerIdZNode, BrokerRegistration
 
 pytestmark = pytest.mark.integration
 E = pb.ErrorCode

@@ -16,8 +16,8 @@ from controller.controller import KafkaController
 from controller.events import Event
 from controller.state_machine import ReplicaState, check_replica_transition
 from proto import minikafka_pb2 as pb
-from proto.zk_client import CommitResult, KafkaZkClient, ZkWrite
-from proto.zk_data import (
+from zk.client import CommitResult, KafkaZkClient, ZkWrite
+from zk.data import (
     ControllerEpochZNode,
     ControllerZNode,
     LeaderIsrAndControllerEpoch,

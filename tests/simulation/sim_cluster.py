@@ -60,8 +60,8 @@ from broker.replication.state import (
 from controller.controller import ControllerSettings, ControllerStateError, KafkaController
 from proto import errors
 from proto import minikafka_pb2 as pb
-from proto.zk_client import BrokerIdInUseError, ControllerMovedError, KafkaZkClient
-from proto.zk_data import (
+from zk.client import BrokerIdInUseError, ControllerMovedError, KafkaZkClient
+from zk.data import (
     NO_LEADER,
     BrokerRegistration,
     Endpoint,
@@ -219,7 +219,7 @@ class Replica:
 
 @dataclass
 class FollowerSession:
-    """A follower's fetch session with one leader (the fetcher's side of broker.fetcher)."""
+    """A follower's fetch session with one leader (the fetcher's side of broker.replication.fetcher)."""
 
     session_id: int = 0
     epoch: int = 0  # 0: the next fetch is full
@@ -607,7 +607,7 @@ class SimBroker:
                 self._session_fetch(leader, ready.get(leader, []))
 
     def _session_fetch(self, leader: int, ready: list[Replica]) -> None:
-        """broker.fetcher's session loop: name what changed since the leader last heard, forget what
+        """broker.replication.fetcher's session loop: name what changed since the leader last heard, forget what
         stopped fetching; a lost answer (timeout) or a refused fetch starts over with a full one."""
         now = self.sim.now
         fs = self.sessions_out.setdefault(leader, FollowerSession())

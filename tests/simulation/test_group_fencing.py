@@ -3,7 +3,7 @@ expired brokers, stale metadata and ZooKeeper faults: a deterministic, seeded si
 
 Theory of operation
 ===================
-Three brokers run the REAL ``broker.group_coordinator.GroupCoordinator`` shell (and so the real
+Three brokers run the REAL ``broker.coordinator.group.group_coordinator.GroupCoordinator`` shell (and so the real
 ``GroupOwnership``, ``GroupStateMachine`` and ``KafkaZkClient`` gateway), each over its own
 ``SimKazooClient`` session on one ``SimZooKeeper``; each registers the ephemeral /brokers/ids/N in its
 own session. Each broker's live-broker list (what the controller's UpdateMetadata would give it) is a
@@ -88,15 +88,15 @@ import pytest
 from kazoo.exceptions import KazooException, NodeExistsError
 from sim_zk import SimKazooClient, SimZooKeeper, random_faults
 
-import broker.group_coordinator as group_coordinator_module
-from broker.group_coordinator import (
+import broker.coordinator.group.group_coordinator as group_coordinator_module
+from broker.coordinator.group.group_coordinator import (
     COORDINATOR_NOT_AVAILABLE,
     NOT_COORDINATOR,
     GroupCoordinator,
     GroupOwnership,
     Loaded,
 )
-from broker.group_state import (
+from broker.coordinator.group.group_state import (
     ILLEGAL_GENERATION,
     NONE,
     REBALANCE_IN_PROGRESS,
@@ -108,8 +108,8 @@ from broker.group_state import (
     coordinator_for,
 )
 from client.consumer import range_assignment
-from proto.zk_client import KafkaZkClient
-from proto.zk_data import ConsumersZNode, GroupCoordinatorState, GroupLease
+from zk.client import KafkaZkClient
+from zk.data import ConsumersZNode, GroupCoordinatorState, GroupLease
 
 HERE = Path(__file__).resolve().parent
 SEEDS = int(os.environ.get("MINIKAFKA_GROUP_SIM_SEEDS", "200"))

@@ -24,7 +24,7 @@ import controller.controller as controller_module
 import controller.partition_state_machine as psm
 import controller.reassignment as reassignment
 from broker.replication import control
-from proto.zk_client import KafkaZkClient
+from zk.client import KafkaZkClient
 
 
 def first_violation(seeds: range, adjust: Callable[[SimConfig], SimConfig] = lambda c: c) -> tuple[int, str]:

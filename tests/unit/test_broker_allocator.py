@@ -1,4 +1,4 @@
-"""The broker's malloc settings (broker/allocator.py): applied at start on glibc, never over an
+"""The broker's malloc settings (broker/server/allocator.py): applied at start on glibc, never over an
 operator's own GLIBC_TUNABLES / MALLOC_*_ settings."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from broker import allocator, main
+from broker import main
+from broker.server import allocator
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or ctypes.util.find_library("c") is None,
                            reason="glibc only")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import ConfigError, build_config, load_config, parse_listener, parse_properties
+from broker.server.config import ConfigError, build_config, load_config, parse_listener, parse_properties
 
 PEM = str(Path(__file__))  # any readable file will do for the config checks (TLS reads it later)
 BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/tmp/a,/tmp/b",

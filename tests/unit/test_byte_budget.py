@@ -1,4 +1,4 @@
-"""The memory pool's arrival reservations (broker.request_guard.ByteBudget, SPEC S13.4, S15.2): a
+"""The memory pool's arrival reservations (broker.network.request_guard.ByteBudget, SPEC S13.4, S15.2): a
 frame holds only the bytes that arrived, a holder stays within its cap, a wait is bounded and takes
 nothing, and frames reserved piecemeal never deadlock one another. Pure asyncio, no sockets."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from broker.request_guard import ByteBudget
+from broker.network.request_guard import ByteBudget
 
 
 class Holder:

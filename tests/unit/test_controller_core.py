@@ -29,7 +29,7 @@ from controller.state_machine import (
     remove_replica_from_isr,
 )
 from proto import errors
-from proto.zk_data import (
+from zk.data import (
     BrokerIdZNode,
     BrokerRegistration,
     ControllerEpochZNode,

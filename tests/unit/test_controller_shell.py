@@ -15,8 +15,8 @@ from sim_zk import SimKazooClient, SimZooKeeper
 
 from controller.controller import ControllerSettings, KafkaController
 from controller.events import BrokerChange, Expire, TopicChange
-from proto.zk_client import KafkaZkClient
-from proto.zk_data import NO_LEADER, BrokerRegistration, Endpoint
+from zk.client import KafkaZkClient
+from zk.data import NO_LEADER, BrokerRegistration, Endpoint
 
 RETRY = {"max_tries": 3, "delay": 0.1, "max_delay": 1.0, "ignore_expire": False}
 
@@ -220,8 +220,8 @@ def test_a_failover_whose_resume_conflicts_half_way_loads_again_instead_of_resig
     ISR meanwhile can fail a later one (PartialCommitError). The controller resigned and a second
     election followed (controller epoch +2 for one kill, 29 s at 10,000 partitions). Now it loads
     again at the same epoch and resumes from what was applied."""
-    import proto.zk_client as zk_client
-    from proto.zk_data import LeaderAndIsr, LeaderIsrAndControllerEpoch
+    import zk.client as zk_client
+    from zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch
 
     monkeypatch.setattr(zk_client, "MAX_MULTI_BYTES", 1500)
     h = Harness()

@@ -1,4 +1,4 @@
-"""The cached-state rule (SPEC S14.1, issue 27's bug 1) on broker.dynamic_config over the simulated
+"""The cached-state rule (SPEC S14.1, issue 27's bug 1) on broker.server.dynamic_config over the simulated
 ZooKeeper: configs are loaded before any log could use them (never the defaults in their place),
 reloaded whole after a new session (changes and deletions made meanwhile), and kept by the watch."""
 
@@ -13,11 +13,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulation"))
 from sim_zk import SimZooKeeper
 
-from broker.config import BrokerConfig
-from broker.dynamic_config import DynamicConfigManager
 from broker.security.gatekeeper import Gatekeeper
+from broker.server.config import BrokerConfig
+from broker.server.dynamic_config import DynamicConfigManager
 from proto import errors
-from proto.zk_client import KafkaZkClient
+from zk.client import KafkaZkClient
 
 
 def manager() -> tuple[DynamicConfigManager, KafkaZkClient]:

@@ -8,7 +8,7 @@ import asyncio
 
 import grpc
 
-from broker.fetcher import ReplicaFetcher
+from broker.replication.fetcher import ReplicaFetcher
 from proto import minikafka_pb2 as pb
 
 

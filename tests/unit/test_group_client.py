@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from broker.group_coordinator import GroupCoordinator
-from broker.group_state import NONE, OffsetAndMetadata, coordinator_for
+from broker.coordinator.group.group_coordinator import GroupCoordinator
+from broker.coordinator.group.group_state import NONE, OffsetAndMetadata, coordinator_for
 from client.consumer import range_assignment
 from client.group_client import (
     decode_assignment,
@@ -22,7 +22,7 @@ from client.group_client import (
     range_assign,
 )
 from proto import errors
-from proto.zk_client import KafkaZkClient
+from zk.client import KafkaZkClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulation"))
 from sim_zk import SimZooKeeper
@@ -153,7 +153,7 @@ class DenyGate:
 
 
 def test_group_apis_check_group_and_topic_acls() -> None:
-    from broker.group_apis import GroupApis
+    from broker.coordinator.group.group_apis import GroupApis
     from broker.security.principal import LOCAL_CLIENT
     from proto import minikafka_pb2 as pb
 

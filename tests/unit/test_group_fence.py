@@ -13,14 +13,20 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulation"))
 from sim_zk import SimKazooClient, SimZooKeeper, fault_once
 
-from broker.group_apis import GroupApis
-from broker.group_coordinator import GroupCoordinator
-from broker.group_state import NONE, CoordinatorLimits, GroupStateMachine, OffsetAndMetadata, coordinator_for
+from broker.coordinator.group.group_apis import GroupApis
+from broker.coordinator.group.group_coordinator import GroupCoordinator
+from broker.coordinator.group.group_state import (
+    NONE,
+    CoordinatorLimits,
+    GroupStateMachine,
+    OffsetAndMetadata,
+    coordinator_for,
+)
 from broker.security.principal import LOCAL_CLIENT
 from proto import errors
 from proto import minikafka_pb2 as pb
-from proto.zk_client import KafkaZkClient
-from proto.zk_data import ConsumersZNode, GroupCoordinatorState
+from zk.client import KafkaZkClient
+from zk.data import ConsumersZNode, GroupCoordinatorState
 
 RETRY = {"max_tries": 3, "delay": 0.1, "max_delay": 1.0, "ignore_expire": False}
 NOT_COORDINATOR = errors.NotCoordinatorError.code

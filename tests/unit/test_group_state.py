@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.group_state import (
+from broker.coordinator.group.group_state import (
     COMPLETING_REBALANCE,
     EMPTY,
     ILLEGAL_GENERATION,

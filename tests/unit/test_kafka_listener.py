@@ -1,6 +1,6 @@
-"""The Kafka listener's shell (broker.kafka_listener) on a real socket, with a stub request layer:
+"""The Kafka listener's shell (broker.network.kafka_listener) on a real socket, with a stub request layer:
 responses in request order, no answer to acks=0, and a bad frame closes its own connection only.
-Also the ``kafka.listeners`` configuration rules (broker.config)."""
+Also the ``kafka.listeners`` configuration rules (broker.server.config)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from kafka_frames import frame, read_response
 
-from broker import kafka_wire as kw
-from broker.config import BrokerConfig, ConfigError, Listener, build_config
-from broker.kafka_listener import KafkaListener, ListenerLimits
+from broker.network import kafka_wire as kw
+from broker.network.kafka_listener import KafkaListener, ListenerLimits
+from broker.server.config import BrokerConfig, ConfigError, Listener, build_config
 from proto import minikafka_pb2 as pb
 
 LIMITS = ListenerLimits(max_frame_bytes=4096, idle_ms=5000, request_timeout_ms=2000, max_connections=4)
@@ -22,7 +22,7 @@ KAFKA = Listener("KAFKA", "127.0.0.1", 0, "PLAINTEXT")
 
 
 class StubApis:
-    """Stands in for broker.kafka_apis.KafkaApis: records each call, answers an empty response."""
+    """Stands in for broker.server.kafka_apis.KafkaApis: records each call, answers an empty response."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any, Any]] = []
@@ -145,7 +145,7 @@ def test_a_produce_is_appended_while_the_answers_before_it_wait_and_other_reques
 def test_unanswered_produces_per_connection_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """At most PIPELINED_PRODUCE_MAX produces wait for their answers per connection: the next one is
     not appended (nor read further) until an answer is written (S13: bound every resource)."""
-    from broker import kafka_listener
+    from broker.network import kafka_listener
 
     monkeypatch.setattr(kafka_listener, "PIPELINED_PRODUCE_MAX", 2)
 

@@ -1,7 +1,7 @@
-"""TLS and SASL on the Kafka listener (broker.kafka_listener, broker.kafka_sasl) over real sockets with
+"""TLS and SASL on the Kafka listener (broker.network.kafka_listener, broker.security.kafka_sasl) over real sockets with
 real certificates and a stub request layer: the pre-authentication gate, SCRAM through SaslHandshake /
 SaslAuthenticate (v1 framing and the bare tokens of v0), failures answered then closed, principals
-into the RequestContext, and the broker.config rules for secure Kafka listeners."""
+into the RequestContext, and the broker.server.config rules for secure Kafka listeners."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import pytest
 from kafka_frames import frame, read_response
 from scram_client import client_final
 
-from broker import kafka_sasl
-from broker.config import ConfigError, Listener, build_config
-from broker.kafka_listener import KafkaListener, ListenerLimits
-from broker.kafka_sasl import SaslServerConfig
+from broker.network.kafka_listener import KafkaListener, ListenerLimits
+from broker.security import kafka_sasl
+from broker.security.kafka_sasl import SaslServerConfig
+from broker.server.config import ConfigError, Listener, build_config
 from client.ops import certs
 from proto import minikafka_pb2 as pb
 from proto import scram
@@ -305,7 +305,7 @@ def test_listener_refuses_a_security_setup_that_does_not_fit_its_protocol(pki: P
                       tls=server_tls(pki))
 
 
-# ------------------------------------------------------------------ broker.config
+# ------------------------------------------------------------------ broker.server.config
 
 
 @pytest.fixture
@@ -342,8 +342,8 @@ def test_tls_kafka_listener_needs_its_pem_files(secure: dict[str, str], tmp_path
 
 
 def test_sasl_session_gate_is_a_pure_state_machine() -> None:
-    """broker.kafka_sasl without sockets: what each phase admits, and every way out of it."""
-    from broker.kafka_sasl import Phase, SaslSession
+    """broker.security.kafka_sasl without sockets: what each phase admits, and every way out of it."""
+    from broker.security.kafka_sasl import Phase, SaslSession
 
     s = SaslSession(SaslServerConfig(USERS.get, b"k"), nonce=lambda: "srv")
     assert s.admits(18) and s.admits(17) and not s.admits(3)  # Metadata: never before authentication
@@ -373,8 +373,8 @@ def test_metadata_offers_for_produce_only_a_kafka_listener_of_the_clients_own_pr
     SASL_SSL client (the producer speaks no SASL on a plain socket), nor the inter-broker listener."""
     from types import SimpleNamespace
 
-    from broker.metadata_apis import MetadataApis
     from broker.security.principal import ANONYMOUS, RequestContext
+    from broker.server.metadata_apis import MetadataApis
 
     server = object.__new__(MetadataApis)
     server.config = SimpleNamespace(kafka_listener_list=[  # type: ignore[assignment]

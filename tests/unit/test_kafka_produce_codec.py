@@ -1,5 +1,5 @@
 """proto.kafka_produce, the producer's Produce v8 on Kafka's wire, against the broker's own reading
-and writing of it (broker.kafka_wire, kio's schemas generated from Kafka's message definitions):
+and writing of it (broker.network.kafka_wire, kio's schemas generated from Kafka's message definitions):
 what the producer writes is what the broker reads, and what the broker answers is what the
 producer reads - including hostile answers, refused before anything is built for them."""
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.serial.errors import SerialError
 
-from broker import kafka_wire as kw
+from broker.network import kafka_wire as kw
 from proto import minikafka_pb2 as pb
 from proto.kafka_produce import decode_produce_response, encode_produce_request
 
@@ -147,7 +147,7 @@ def _through_kio(frame: bytes) -> pb.ProduceRequest:
     cls = kw._request_class(h.api_key, h.api_version)
     from kio.serial import entity_reader
 
-    from broker.kafka_wire_bounds import check_request
+    from broker.network.kafka_wire_bounds import check_request
 
     check_request(cls.__header_schema__, cls, frame)
     _header, size = entity_reader(cls.__header_schema__)(frame, 0)
@@ -161,7 +161,7 @@ def _through_kio(frame: bytes) -> pb.ProduceRequest:
        st.sets(st.integers(0, 1000), max_size=2), st.sampled_from(["", "txn-1"]))
 def test_the_fast_reader_reads_every_version_as_kio_does(req: pb.ProduceRequest, version: int, cid: int, client: str,
                                                          null_records: set[int], txn: str) -> None:
-    from broker.kafka_wire_produce import decode_produce
+    from broker.network.kafka_wire_produce import decode_produce
 
     req.transactional_id = txn
     frame = _kio_frame(req, version, cid, client, null_records)
@@ -179,7 +179,7 @@ def test_the_fast_reader_reads_every_version_as_kio_does(req: pb.ProduceRequest,
 def test_the_fast_reader_never_takes_a_frame_kio_refuses(req: pb.ProduceRequest, version: int,
                                                         data: st.DataObject) -> None:
     """Cut, grown or corrupted frames: the fast reader either declines (kio decides) or reads what kio reads."""
-    from broker.kafka_wire_produce import decode_produce
+    from broker.network.kafka_wire_produce import decode_produce
 
     frame = bytearray(_kio_frame(req, version, 1, "c", set()))
     kind = data.draw(st.sampled_from(["cut", "flip", "grow"]))
@@ -203,7 +203,7 @@ def test_the_fast_reader_never_takes_a_frame_kio_refuses(req: pb.ProduceRequest,
 
 @pytest.mark.parametrize("version", [7, 9])
 def test_a_forged_count_is_declined_without_reserving_anything(version: int) -> None:
-    from broker.kafka_wire_produce import decode_produce
+    from broker.network.kafka_wire_produce import decode_produce
 
     frame = _kio_frame(pb.ProduceRequest(acks=-1, timeout_ms=5), version, 1, "c", set())
     # The topic count sits right after acks and timeout; claim 2**31 - 1 (or a huge varint) topics.

@@ -1,5 +1,5 @@
 """client.kafka_produce: the producer's connection to a broker's Kafka listener, against a stand-in
-broker on a real loopback socket (the broker's side is broker.kafka_wire's own encoder): answers
+broker on a real loopback socket (the broker's side is broker.network.kafka_wire's own encoder): answers
 matched in order, acks=0 never waited for, and any broken promise of the broker's - an answer too
 large, to another request, to none, or that does not parse - fails every unanswered request
 with a ConnectionError, which the producer retries (S13: the client distrusts the broker too).
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from broker import kafka_wire as kw
+from broker.network import kafka_wire as kw
 from client.kafka_produce import KafkaProduceClosed, KafkaProduceConnection, KafkaProduceUnreachable
 from proto import minikafka_pb2 as pb
 

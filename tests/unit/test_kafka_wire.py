@@ -1,4 +1,4 @@
-"""The Kafka wire protocol's pure core (broker.kafka_wire): frames, advertised versions, translation.
+"""The Kafka wire protocol's pure core (broker.network.kafka_wire): frames, advertised versions, translation.
 
 No broker here: requests are built with kio's schemas, answers are protobuf responses, and every
 response frame is read back with kio's own reader."""
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from kafka_frames import frame, read_response
 from kio.schema.errors import ErrorCode
 
-from broker import kafka_sasl
-from broker import kafka_wire as kw
 from broker.log.config import TOPIC_CONFIG_NAMES
+from broker.network import kafka_wire as kw
+from broker.security import kafka_sasl
 from proto import minikafka_pb2 as pb
 
 ANSWERS: dict[str, Any] = {
@@ -42,7 +42,7 @@ def test_every_advertised_version_decodes_translates_and_answers(api_key: int, v
     assert (d.header.api_key, d.header.api_version, d.header.correlation_id) == (api_key, version, 41)
     if api_key == kw.API_VERSIONS:
         resp = kw.api_versions_response(d)
-    elif api_key in kw.SASL_APIS:  # answered by the listener (broker.kafka_sasl), not translated
+    elif api_key in kw.SASL_APIS:  # answered by the listener (broker.security.kafka_sasl), not translated
         resp = kw.response(d, kafka_sasl.illegal_state(api_key))
     else:
         plan = kw.to_pb(d)

@@ -1,6 +1,6 @@
 """A forged count in a Kafka request frame is a protocol error, never an abort (SPEC S13).
 
-kio's compiled reader reserves memory from the counts on the wire; before ``broker.kafka_wire_bounds``
+kio's compiled reader reserves memory from the counts on the wire; before ``broker.network.kafka_wire_bounds``
 a 54-byte Fetch v12 with a forged compact-array count made it ask for ~220 GB and abort the whole
 broker ("memory allocation of 221859345984 bytes failed"), found by mutating valid frames. The forged
 frames are decoded in a child process, so that without the check this test fails instead of
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka_frames import frame
 
-from broker import kafka_wire as kw
-from broker.kafka_wire_bounds import FrameBoundsError, check_request
+from broker.network import kafka_wire as kw
+from broker.network.kafka_wire_bounds import FrameBoundsError, check_request
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def test_the_valid_frames_pass() -> None:
 
 @pytest.mark.parametrize("name", sorted(FORGED))
 def test_a_forged_count_is_refused_before_kio_reads_it(name: str) -> None:
-    code = ("import sys\nfrom broker import kafka_wire as kw\n"
+    code = ("import sys\nfrom broker.network import kafka_wire as kw\n"
             "try:\n    kw.decode_request(bytes.fromhex(sys.argv[1]))\n"
             "except kw.ProtocolError as e:\n    print('ProtocolError', e)\n")
     r = subprocess.run([sys.executable, "-c", code, FORGED[name].hex()], capture_output=True, text=True,

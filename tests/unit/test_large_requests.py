@@ -27,15 +27,15 @@ from typing import Any
 import pytest
 from kafka_frames import frame
 
-from broker import kafka_wire as kw
-from broker.group_apis import ANSWER_SLICE, GroupApis
-from broker.group_state import OffsetAndMetadata
-from broker.kafka_apis import partition_error_counts, partition_errors
-from broker.kafka_wire_bounds import FrameBoundsError, array_count, check_header
-from broker.replica_manager import ReplicaManager, _refused_fetch
-from broker.request_guard import judge_partitions
+from broker.coordinator.group.group_apis import ANSWER_SLICE, GroupApis
+from broker.coordinator.group.group_state import OffsetAndMetadata
+from broker.network import kafka_wire as kw
+from broker.network.kafka_wire_bounds import FrameBoundsError, array_count, check_header
+from broker.network.request_guard import judge_partitions
+from broker.replication.replica_manager import ReplicaManager, _refused_fetch
 from broker.security.authorizer import GROUP
 from broker.security.principal import LOCAL_CLIENT
+from broker.server.kafka_apis import partition_error_counts, partition_errors
 from proto import errors
 from proto import minikafka_pb2 as pb
 

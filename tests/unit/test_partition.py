@@ -13,11 +13,11 @@ import pytest
 from broker.log.config import LogConfig
 from broker.log.log import Log
 from broker.log.manager import LogManager
-from broker.metadata_cache import MetadataCache
-from broker.replica_manager import BrokerSettings, ReplicaManager
 from broker.replication.partition import Partition
+from broker.replication.replica_manager import BrokerSettings, ReplicaManager
 from broker.replication.state import ACK, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER, WAIT
 from broker.security.principal import PLAINTEXT, Principal, RequestContext
+from broker.server.metadata_cache import MetadataCache
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Record, decode_batches, encode_batch

@@ -1,11 +1,11 @@
-"""broker.purgatory: delayed operations wake on notify (re-checking their condition), time out,
+"""broker.replication.purgatory: delayed operations wake on notify (re-checking their condition), time out,
 and clean up after themselves (every parked follower fetch and acks=all produce waits here)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from broker.purgatory import Purgatory
+from broker.replication.purgatory import Purgatory
 
 
 def test_notify_wakes_a_waiter_whose_condition_now_holds() -> None:

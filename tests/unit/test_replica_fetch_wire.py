@@ -1,4 +1,4 @@
-"""The replica fetch listener's frames (broker.replica_fetch_socket) and how its port is registered."""
+"""The replica fetch listener's frames (broker.network.replica_fetch_socket) and how its port is registered."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.replica_fetch_socket import (
+from broker.network.replica_fetch_socket import (
     FOLLOWER_FETCH,
     decode_request,
     encode_request,
@@ -17,7 +17,7 @@ from broker.replica_fetch_socket import (
 )
 from controller.channel import endpoint
 from proto import minikafka_pb2 as pb
-from proto.zk_data import BrokerIdZNode, BrokerRegistration, CorruptZnodeError
+from zk.data import BrokerIdZNode, BrokerRegistration, CorruptZnodeError
 
 
 def _request(replica_id: int = 2) -> pb.FetchRequest:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.request_guard import ByteBudget, error_response, judge_names, judge_partitions
+from broker.network.request_guard import ByteBudget, error_response, judge_names, judge_partitions
 from proto import minikafka_pb2 as pb
 
 E = pb.ErrorCode
@@ -80,7 +80,7 @@ def test_a_lost_zookeeper_session_is_a_retriable_answer_not_an_unknown_error() -
     Ctrl-C test): the admin request gets REQUEST_TIMED_OUT, which clients retry."""
     from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
-    from broker.kafka_apis import answer_typed
+    from broker.server.kafka_apis import answer_typed
 
     async def fails(e: Exception) -> pb.DeleteTopicsResponse:
         raise e

@@ -1,4 +1,4 @@
-"""The ZooKeeper gateway (proto/zk_client.py) against lost replies, expiring sessions and races,
+"""The ZooKeeper gateway (zk/client.py) against lost replies, expiring sessions and races,
 over the simulation's in-memory ZooKeeper (tests/simulation/sim_zk.py, itself tested against the
 real server). Issue 14 items 2, 3, 5 and 7, and the lost-commit case the simulation found."""
 
@@ -16,13 +16,13 @@ from proto import errors
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulation"))
 from sim_zk import SimKazooClient, SimZooKeeper, fault_once
 
-from proto.zk_client import (
+from zk.client import (
     BrokerIdInUseError,
     ControllerMovedError,
     KafkaZkClient,
     ZkWrite,
 )
-from proto.zk_data import (
+from zk.data import (
     BrokerIdZNode,
     BrokerRegistration,
     ControllerZNode,
@@ -283,8 +283,8 @@ def test_a_commit_larger_than_one_multi_goes_in_guarded_chunks(monkeypatch: pyte
     """ZooKeeper drops the connection of a request over jute.maxbuffer: a controller event writing
     thousands of partition states looped forever (resign, re-elect, the same multi). Now it goes as
     several multis, each guarded by the epoch check."""
-    import proto.zk_client as zk_client
-    from proto.zk_client import PartialCommitError, ZkWrite, multi_chunks
+    import zk.client as zk_client
+    from zk.client import PartialCommitError, ZkWrite, multi_chunks
 
     monkeypatch.setattr(zk_client, "MAX_MULTI_BYTES", 400)
     server = SimZooKeeper()

@@ -2,7 +2,7 @@
 
 Every call is blocking (kazoo's synchronous API); callers on an asyncio loop
 run them with ``asyncio.to_thread``. Paths and schemas come only from
-``proto.zk_data``. The client object is injected-friendly: anything with
+``zk.data``. The client object is injected-friendly: anything with
 kazoo's ``KazooClient`` API works, which is how the deterministic simulation
 (tests/simulation) runs this very code over an in-memory ZooKeeper.
 
@@ -46,7 +46,7 @@ from kazoo.retry import RetryFailedError
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
 from proto.errors import KafkaError, NotCoordinatorError, TopicAlreadyExistsError
-from proto.zk_data import (
+from zk.data import (
     OPEN_PATHS,
     PERSISTENT_PATHS,
     SENSITIVE_PATHS,
@@ -884,7 +884,7 @@ class KafkaZkClient:
     # ------------------------------------------------------------ consumer groups (/consumers, SPEC S11)
     #
     # Committed offsets, persistent znodes under /consumers/[group]/offsets/, written and read by
-    # the group coordinator (broker/group_coordinator.py). Every create may meet its own lost reply.
+    # the group coordinator (broker/coordinator/group/group_coordinator.py). Every create may meet its own lost reply.
 
     def list_groups(self) -> list[str]:
         try:

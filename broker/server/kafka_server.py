@@ -33,32 +33,32 @@ from kazoo.exceptions import KazooException, SessionExpiredError
 from kazoo.protocol.states import KazooState
 from kazoo.retry import RetryFailedError
 
-from broker.admin import AdminManager
-from broker.config import BrokerConfig
-from broker.dynamic_config import DynamicConfigManager
-from broker.fetcher import FetcherSettings, ReplicaFetcherManager
-from broker.group_apis import GroupApis
-from broker.group_coordinator import GroupCoordinator
-from broker.group_state import CoordinatorLimits
-from broker.kafka_apis import KafkaApis, answer_typed
-from broker.kafka_listener import KafkaListener, ListenerLimits
+from broker.coordinator.group.group_apis import GroupApis
+from broker.coordinator.group.group_coordinator import GroupCoordinator
+from broker.coordinator.group.group_state import CoordinatorLimits
 from broker.log.manager import LogManager
-from broker.metadata_apis import MetadataApis
-from broker.metadata_cache import MetadataCache
-from broker.observability import BrokerMetrics, EventBuffer
-from broker.replica_fetch_socket import ReplicaFetchListener
-from broker.replica_manager import BrokerSettings, ReplicaManager, now_ms
+from broker.network.kafka_listener import KafkaListener, ListenerLimits
+from broker.network.replica_fetch_socket import ReplicaFetchListener
+from broker.network.request_guard import ByteBudget, error_response
 from broker.replication.control import fence_control_request, needs_lookup
-from broker.request_guard import ByteBudget, error_response
+from broker.replication.fetcher import FetcherSettings, ReplicaFetcherManager
+from broker.replication.replica_manager import BrokerSettings, ReplicaManager, now_ms
 from broker.security.gatekeeper import Gatekeeper, ListenerRole
 from broker.security.principal import RequestContext
+from broker.server.admin import AdminManager
+from broker.server.config import BrokerConfig
+from broker.server.dynamic_config import DynamicConfigManager
+from broker.server.kafka_apis import KafkaApis, answer_typed
+from broker.server.metadata_apis import MetadataApis
+from broker.server.metadata_cache import MetadataCache
+from broker.server.observability import BrokerMetrics, EventBuffer
 from controller.controller import ControllerSettings, KafkaController
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import SERVER_OPTIONS
-from proto.zk_client import BrokerIdInUseError, KafkaZkClient, read_digest
-from proto.zk_data import BrokerRegistration, Endpoint
+from zk.client import BrokerIdInUseError, KafkaZkClient, read_digest
+from zk.data import BrokerRegistration, Endpoint
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
@@ -208,7 +208,7 @@ class KafkaServer:
             self.ports[x.name] = port
             await server.start()
             self.grpc_servers.append(server)
-        # The Kafka wire-protocol listeners (broker.kafka_listener), before registering: a broker is
+        # The Kafka wire-protocol listeners (broker.network.kafka_listener), before registering: a broker is
         # advertised only once every listener it names answers.
         self.kafka_listeners: list[KafkaListener] = []
         limits = ListenerLimits(cfg.socket_request_max_bytes, cfg.connections_max_idle_ms, cfg.request_timeout_ms,
@@ -219,7 +219,7 @@ class KafkaServer:
                                sasl=self.gate.kafka_sasl(x), broker_prefix=cfg.broker_principal_prefix)
             self.ports[x.name] = await kl.start()
             self.kafka_listeners.append(kl)
-        # Follower fetches over plain TLS sockets (broker.replica_fetch_socket), on the inter-broker host.
+        # Follower fetches over plain TLS sockets (broker.network.replica_fetch_socket), on the inter-broker host.
         self.replica_fetch_port = 0
         self.replica_fetch_listener: ReplicaFetchListener | None = None
         if cfg.replica_fetch_listener_port >= 0:

@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from broker.group_coordinator import GROUP_OPERATIONS, GroupCoordinator
-from broker.group_state import OffsetAndMetadata
-from broker.request_guard import judge_partitions
+from broker.coordinator.group.group_coordinator import GROUP_OPERATIONS, GroupCoordinator
+from broker.coordinator.group.group_state import OffsetAndMetadata
+from broker.network.request_guard import judge_partitions
 from broker.security.authorizer import GROUP, TOPIC
 from broker.security.gatekeeper import Gatekeeper
 from broker.security.principal import RequestContext

@@ -32,13 +32,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.config import BrokerConfig
 from broker.log.config import LogConfig
 from broker.security.authorizer import Acl, Resource
 from broker.security.gatekeeper import Gatekeeper
+from broker.server.config import BrokerConfig
 from proto import errors
 from proto.scram import MECHANISM, ScramCredential
-from proto.zk_client import KafkaZkClient
+from zk.client import KafkaZkClient
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class DynamicConfigManager:
     # ------------------------------------------------------------ (c) watches
 
     def start_watches(self, loop: asyncio.AbstractEventLoop) -> None:
-        from proto.zk_data import AclChangesZNode, ConfigChangesZNode
+        from zk.data import AclChangesZNode, ConfigChangesZNode
 
         self._loop = loop
         self.zk.watch_children(ConfigChangesZNode.PATH, self._on_config_changes_watch, ensure=False)

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 A request reaches a broker through one of two transports: a gRPC listener
-(``broker.server.KafkaApiServicer``, the project's own clients) or a Kafka
-wire-protocol listener (``broker.kafka_listener``, librdkafka, kafka-python,
+(``broker.server.kafka_server.KafkaApiServicer``, the project's own clients) or a Kafka
+wire-protocol listener (``broker.network.kafka_listener``, librdkafka, kafka-python,
 kcat...). Each transport authenticates the caller its own way and turns the
 request into the protobuf request of ``minikafka.proto``; from there on both
 call ``KafkaApis.handle(api, request, ctx)``, which
@@ -19,7 +19,7 @@ call ``KafkaApis.handle(api, request, ctx)``, which
 So there is exactly one copy of produce, fetch, metadata and admin logic; a
 transport only translates and authenticates.
 
-A gRPC ProduceStream, and a Kafka listener connection (``broker.kafka_listener``),
+A gRPC ProduceStream, and a Kafka listener connection (``broker.network.kafka_listener``),
 carries many Produce requests in order. For them ``begin_produce`` does the ordered part of one (its appends, through the replica
 manager's ``append_produce``) and returns a task that finishes it (the acks=all
 wait) under the same ``answer_typed`` and counters: the next request on the
@@ -35,17 +35,17 @@ import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from broker.request_guard import error_response
+from broker.network.request_guard import error_response
 from broker.security.principal import RequestContext
 from proto import errors
 from proto import minikafka_pb2 as pb
-from proto.zk_client import is_zookeeper_unavailable
+from zk.client import is_zookeeper_unavailable
 
 if TYPE_CHECKING:
-    from broker.admin import AdminManager
-    from broker.group_apis import GroupApis
-    from broker.observability import RequestMetrics
-    from broker.replica_manager import ReplicaManager
+    from broker.coordinator.group.group_apis import GroupApis
+    from broker.replication.replica_manager import ReplicaManager
+    from broker.server.admin import AdminManager
+    from broker.server.observability import RequestMetrics
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode

@@ -21,7 +21,7 @@ Wire, as Kafka's: each frame is a 4-byte big-endian size, then the body. A reque
 next request is read.
 
 It is an inter-broker listener, so it distrusts what crosses it exactly as the others do
-(SPEC S12, S13), through the Kafka listener's socket server (``broker.kafka_listener``): mutual
+(SPEC S12, S13), through the Kafka listener's socket server (``broker.network.kafka_listener``): mutual
 TLS with a certificate signed by the cluster CA (a handshake that fails or does not finish within
 ``request.timeout.ms`` never reaches the frame reader); frame sizes bounded by
 ``socket.request.max.bytes`` and the frames held at once by a memory pool of
@@ -50,11 +50,11 @@ from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from broker.config import Listener
-from broker.kafka_apis import KafkaApis
-from broker.kafka_listener import KafkaListener, ListenerLimits
-from broker.request_guard import ByteBudget, error_response
+from broker.network.kafka_listener import KafkaListener, ListenerLimits
+from broker.network.request_guard import ByteBudget, error_response
 from broker.security.principal import DEFAULT_BROKER_PREFIX, SSL, RequestContext
+from broker.server.config import Listener
+from broker.server.kafka_apis import KafkaApis
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.grpc_options import MAX_MESSAGE_BYTES

@@ -21,9 +21,7 @@ from typing import Any
 
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
-from broker.metadata_cache import MetadataCache
-from broker.observability import event
-from broker.purgatory import Purgatory
+from broker.network.request_guard import ByteBudget, error_message, judge_partitions
 from broker.replication.control import (
     ADOPT,
     DEPOSED,
@@ -34,15 +32,17 @@ from broker.replication.control import (
 )
 from broker.replication.fetch_session import INCREMENTAL, FetchSession, FetchSessionCache, PartitionFetch
 from broker.replication.partition import Partition
+from broker.replication.purgatory import Purgatory
 from broker.replication.state import NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER, TIMED_OUT, WAIT, FetchClock
-from broker.request_guard import ByteBudget, error_message, judge_partitions
 from broker.security.authorizer import CLUSTER, CLUSTER_NAME, TOPIC
 from broker.security.principal import LOCAL_CLIENT, RequestContext
+from broker.server.metadata_cache import MetadataCache
+from broker.server.observability import event
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.names import MAX_PARTITION, TopicPartition, topic_name_error
-from proto.zk_client import KafkaZkClient
-from proto.zk_data import NO_LEADER, TopicPartitionId
+from zk.client import KafkaZkClient
+from zk.data import NO_LEADER, TopicPartitionId
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class BrokerSettings:
     broker_id: int
     replica_lag_time_max_ms: int
     default_log_config: LogConfig
-    # Request bounds (SPEC S13.4); see broker.config for their Kafka-style names.
+    # Request bounds (SPEC S13.4); see broker.server.config for their Kafka-style names.
     max_request_partitions: int = 10000
     fetch_max_bytes: int = 57671680
     fetch_purgatory_max_requests: int = 500
@@ -105,7 +105,7 @@ class ReplicaManager:
         self._isr_notifier: asyncio.Task[None] | None = None
         self.isr_shrinks = 0
         # Record bytes produced to (every Produce's) and fetched from this broker (consumers and
-        # followers): Kafka's BytesIn/BytesOut, exported at scrape time by broker.observability.
+        # followers): Kafka's BytesIn/BytesOut, exported at scrape time by broker.server.observability.
         self.bytes_in = 0
         self.bytes_out = 0
         self.isr_expands = 0
@@ -945,7 +945,7 @@ def _epoch_of(part: pb.FetchPartition | pb.ListOffsetsPartition | pb.OffsetForLe
 
 
 class FetcherManagerProtocol:
-    """What the replica manager needs of the fetchers (see broker.fetcher)."""
+    """What the replica manager needs of the fetchers (see broker.replication.fetcher)."""
 
     def add_partition(self, p: Partition, leader: pb.BrokerEndpoint) -> None:
         raise NotImplementedError

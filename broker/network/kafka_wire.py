@@ -6,9 +6,9 @@ A Kafka client sends size-prefixed frames: ``int32 size`` then a request header
 (api key, api version, correlation id, client id; tagged fields from the
 "flexible" versions on) and the request body. This module turns one frame into
 a ``Decoded`` request, translates it into the protobuf request(s) that the
-broker's one request-handling layer (``broker.kafka_apis``) answers, and turns
+broker's one request-handling layer (``broker.server.kafka_apis``) answers, and turns
 the protobuf answers back into the Kafka response of the version the client
-asked for. Nothing here does I/O; ``broker.kafka_listener`` is the shell.
+asked for. Nothing here does I/O; ``broker.network.kafka_listener`` is the shell.
 
 * Versions. ``SUPPORTED`` is what ApiVersions advertises and all a client may
   use: only APIs this module translates, and per API only versions whose every
@@ -18,7 +18,7 @@ asked for. Nothing here does I/O; ``broker.kafka_listener`` is the shell.
   except ApiVersions itself, answered UNSUPPORTED_VERSION in v0 with the
   supported list (Kafka's rule, so that a newer client can retry lower).
   SaslHandshake and SaslAuthenticate are advertised everywhere, as Kafka
-  does; the listener answers them (``broker.kafka_sasl``), not ``to_pb``.
+  does; the listener answers them (``broker.security.kafka_sasl``), not ``to_pb``.
 * Translation. Kafka's messages change fields from version to version; the kio
   schema of each version is a frozen dataclass with exactly that version's
   fields. Requests are read with ``getattr(..., default)`` where a field is
@@ -64,7 +64,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.serial.readers import read_compact_string, read_legacy_string
 
-from broker.kafka_wire_bounds import (
+from broker.log.config import TOPIC_CONFIG_NAMES
+from broker.network.kafka_wire_bounds import (
     FrameBoundsError,
     array_count,
     check_entity,
@@ -73,8 +74,7 @@ from broker.kafka_wire_bounds import (
     check_tagged,
     field_offset,
 )
-from broker.kafka_wire_produce import decode_produce, encode_produce_response_v9
-from broker.log.config import TOPIC_CONFIG_NAMES
+from broker.network.kafka_wire_produce import decode_produce, encode_produce_response_v9
 from proto import minikafka_pb2 as pb
 from proto.kafka_produce import PARTITION_RESPONSE
 
@@ -82,11 +82,11 @@ from proto.kafka_produce import PARTITION_RESPONSE
 MIN_FRAME_BYTES: Final = 10
 API_VERSIONS: Final = 18
 PRODUCE: Final = 0
-# Answered by the listener itself (broker.kafka_sasl), never translated: advertised on every
+# Answered by the listener itself (broker.security.kafka_sasl), never translated: advertised on every
 # listener, as Kafka does, and refused with ILLEGAL_SASL_STATE where no SASL exchange is due.
 SASL_APIS: Final = frozenset({17, 36})
 
-# api key -> (name in broker.kafka_apis, lowest, highest version advertised).
+# api key -> (name in broker.server.kafka_apis, lowest, highest version advertised).
 SUPPORTED: Final[dict[int, tuple[str, int, int]]] = {
     0: ("Produce", 3, 9),
     1: ("Fetch", 4, 12),
@@ -138,7 +138,7 @@ class Decoded:
 
 @dataclass(frozen=True, slots=True)
 class FastProduce:
-    """A Produce read by ``broker.kafka_wire_produce`` straight into its protobuf (no kio entity)."""
+    """A Produce read by ``broker.network.kafka_wire_produce`` straight into its protobuf (no kio entity)."""
 
     request: pb.ProduceRequest
 
@@ -218,7 +218,7 @@ _NO_RECORD_ERRORS: Final = _I32.pack(0)
 
 def encode_produce_response(header: Header, resp: pb.ProduceResponse) -> bytes | None:
     """The size-prefixed Produce response frame of ``resp``, byte for byte what
-    ``encode_response(header, from_pb(...))`` writes, for versions 5-9 (9: broker.kafka_wire_produce); None for the others.
+    ``encode_response(header, from_pb(...))`` writes, for versions 5-9 (9: broker.network.kafka_wire_produce); None for the others.
     ValueError when a string does not fit its int16 length (kio refuses those too)."""
     version = header.api_version
     if version == 9:

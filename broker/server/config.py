@@ -12,7 +12,7 @@ Certificates are PEM files: ``ssl.keystore.location`` (certificate chain and pri
 ``ssl.truststore.location`` (the CA); ``minikafka certs`` makes them.
 
 Kafka wire-protocol listeners (``kafka.listeners``, ``advertised.kafka.listeners``, served by
-``broker.kafka_listener``) take their protocol from the same map: PLAINTEXT, SSL or SASL_SSL
+``broker.network.kafka_listener``) take their protocol from the same map: PLAINTEXT, SSL or SASL_SSL
 (SCRAM-SHA-256 against the same credentials). ``check_kafka_listeners`` keeps them no weaker than
 the gRPC client listeners: no PLAINTEXT one beside TLS-only clients, and none that lets anonymous
 clients in where every gRPC client authenticates.
@@ -59,7 +59,7 @@ def _pos(v: int) -> bool:
 CONFIG_DEFS: dict[str, _Def] = {
     "broker.id": _Def("broker_id", int, _nonneg, ">= 0"),
     "listeners": _Def("listeners", str),
-    # Kafka wire-protocol listeners (broker.kafka_listener), beside the gRPC ``listeners``.
+    # Kafka wire-protocol listeners (broker.network.kafka_listener), beside the gRPC ``listeners``.
     "kafka.listeners": _Def("kafka_listeners", str),
     "advertised.kafka.listeners": _Def("advertised_kafka_listeners", str),
     "max.connections": _Def("max_connections", int, _pos, ">= 1"),
@@ -87,7 +87,7 @@ CONFIG_DEFS: dict[str, _Def] = {
     "replica.fetch.min.bytes": _Def("replica_fetch_min_bytes", int, _pos),
     "replica.fetch.max.bytes": _Def("replica_fetch_max_bytes", int, _pos),
     "replica.fetch.backoff.ms": _Def("replica_fetch_backoff_ms", int, _nonneg),
-    # The replica fetch listener (broker.replica_fetch_socket): a port on the inter-broker listener's
+    # The replica fetch listener (broker.network.replica_fetch_socket): a port on the inter-broker listener's
     # host; 0 takes a free one, -1 turns it off (followers then fetch over gRPC FetchStream).
     "replica.fetch.listener.port": _Def("replica_fetch_listener_port", int, lambda v: -1 <= v <= 65535,
                                         "-1 (off), 0 (a free port) or a port"),

@@ -66,7 +66,7 @@ class BrokerRegistration:
     # Every listener (an old registration without them has one PLAINTEXT listener at host:port).
     endpoints: tuple[Endpoint, ...] = ()
     inter_broker_listener: str = "PLAINTEXT"
-    # The replica fetch listener's port on ``host`` (broker.replica_fetch_socket); 0: none, followers
+    # The replica fetch listener's port on ``host`` (broker.network.replica_fetch_socket); 0: none, followers
     # fetch over the inter-broker gRPC listener. Kafka has no such key; Kafka's readers ignore it.
     replica_fetch_port: int = 0
 

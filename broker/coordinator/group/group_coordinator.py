@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-All group state lives in the pure ``broker.group_state.GroupStateMachine``;
+All group state lives in the pure ``broker.coordinator.group.group_state.GroupStateMachine``;
 this shell only (1) decides whether this broker coordinates a group, (2) loads
 a group's committed offsets from ZooKeeper the first time it sees the group
 (coordinator failover: the new coordinator reads what the old one wrote),
@@ -81,7 +81,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from broker.group_state import (
+from broker.coordinator.group.group_state import (
     JOIN,
     NONE,
     Completion,
@@ -95,8 +95,8 @@ from broker.group_state import (
 )
 from proto import errors
 from proto.names import validate_group_id
-from proto.zk_client import KafkaZkClient, PartialCommitError
-from proto.zk_data import ConsumersZNode, GroupLease
+from zk.client import KafkaZkClient, PartialCommitError
+from zk.data import ConsumersZNode, GroupLease
 
 log = logging.getLogger(__name__)
 

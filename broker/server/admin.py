@@ -22,10 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from broker.config import CONFIG_DEFS, BrokerConfig
 from broker.log.config import TOPIC_CONFIG_NAMES, LogConfig
-from broker.metadata_cache import MetadataCache
-from broker.request_guard import error_message, judge_names, judge_partitions
+from broker.network.request_guard import error_message, judge_names, judge_partitions
 from broker.security.authorizer import (
     CLUSTER,
     CLUSTER_NAME,
@@ -38,13 +36,15 @@ from broker.security.authorizer import (
 )
 from broker.security.gatekeeper import Gatekeeper
 from broker.security.principal import LOCAL_CLIENT, RequestContext
+from broker.server.config import CONFIG_DEFS, BrokerConfig
+from broker.server.metadata_cache import MetadataCache
 from controller.assignment import assign_replicas, validate_manual_assignment
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.names import ILLEGAL_GROUP_CHARS, validate_group_id, validate_topic_name
 from proto.scram import MAX_ITERATIONS, MECHANISM, MIN_ITERATIONS, credential_from_salted
-from proto.zk_client import KafkaZkClient
-from proto.zk_data import MAX_ZNODE_BYTES, ConfigTopicZNode, TopicPartitionId, TopicZNode
+from zk.client import KafkaZkClient
+from zk.data import MAX_ZNODE_BYTES, ConfigTopicZNode, TopicPartitionId, TopicZNode
 
 E = pb.ErrorCode
 

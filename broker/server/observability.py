@@ -96,7 +96,7 @@ class RequestMetrics:
 
 class BrokerCollector(Collector):
     """Gauges computed from the broker's state at scrape time: ``server`` is the broker
-    (broker.server.KafkaServer), read by attribute and only as far as it is built."""
+    (broker.server.kafka_server.KafkaServer), read by attribute and only as far as it is built."""
 
     def __init__(self, server: object) -> None:
         self.server = server

@@ -10,7 +10,7 @@ auto-creation where it is allowed. A request naming up to a million topics is wi
 DescribeReplicas is the project's view of this broker's replicas (``minikafka top``,
 verify-replicas): leader, epochs, offsets, ISR and each follower's progress.
 
-Taken out of ``broker.server`` (issue 28: the server only wires); its collaborators are passed in.
+Taken out of ``broker.server.kafka_server`` (issue 28: the server only wires); its collaborators are passed in.
 """
 
 from __future__ import annotations
@@ -19,21 +19,21 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from broker.kafka_wire import METADATA_SLICE
-from broker.metadata_cache import MetadataCache
-from broker.request_guard import judge_names
+from broker.network.kafka_wire import METADATA_SLICE
+from broker.network.request_guard import judge_names
 from broker.security.authorizer import TOPIC
 from broker.security.principal import PLAINTEXT, SSL, RequestContext
+from broker.server.metadata_cache import MetadataCache
 from proto import errors
 from proto import minikafka_pb2 as pb
-from proto.zk_data import Endpoint
+from zk.data import Endpoint
 
 if TYPE_CHECKING:
-    from broker.admin import AdminManager
-    from broker.config import BrokerConfig
-    from broker.observability import EventBuffer
-    from broker.replica_manager import ReplicaManager
+    from broker.replication.replica_manager import ReplicaManager
     from broker.security.gatekeeper import Gatekeeper
+    from broker.server.admin import AdminManager
+    from broker.server.config import BrokerConfig
+    from broker.server.observability import EventBuffer
 
 E = pb.ErrorCode
 

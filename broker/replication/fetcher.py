@@ -33,11 +33,11 @@ from typing import Any
 
 import grpc
 
-from broker.observability import event
-from broker.replica_fetch_socket import ReplicaFetchConnection, ReplicaFetchUnreachable
-from broker.replica_manager import FetcherManagerProtocol, ReplicaManager, now_ms
+from broker.network.replica_fetch_socket import ReplicaFetchConnection, ReplicaFetchUnreachable
 from broker.replication.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from broker.replication.partition import Partition
+from broker.replication.replica_manager import FetcherManagerProtocol, ReplicaManager, now_ms
+from broker.server.observability import event
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import CHANNEL_OPTIONS
@@ -97,7 +97,7 @@ class ReplicaFetcher:
         self._stream: Any = None
         # A leader of an older version has no FetchStream (a rolling upgrade): then unary Fetch.
         self._unary = False
-        # The leader's replica fetch listener (broker.replica_fetch_socket), when it has one: each
+        # The leader's replica fetch listener (broker.network.replica_fetch_socket), when it has one: each
         # hop costs ~30 us there against ~200 over gRPC. Unreachable (a port behind NAT or a
         # firewall), the fetches go over gRPC and the socket is tried again SOCKET_RETRY_MS later.
         self._socket: ReplicaFetchConnection | None = None

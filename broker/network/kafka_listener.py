@@ -1,4 +1,4 @@
-"""The broker's Kafka wire-protocol listener (the shell around ``broker.kafka_wire``).
+"""The broker's Kafka wire-protocol listener (the shell around ``broker.network.kafka_wire``).
 
 Theory of operation
 -------------------
@@ -7,7 +7,7 @@ event loop. Each connection is served as Kafka's network layer serves one: read
 a size-prefixed frame, answer it, then read the next, so responses go back in
 request order (clients pipeline, e.g. librdkafka's max.in.flight) and a slow
 client holds only its own socket buffers. Every request goes through the same
-``KafkaApis.handle`` as the gRPC listeners' (``broker.kafka_apis``): this file
+``KafkaApis.handle`` as the gRPC listeners' (``broker.server.kafka_apis``): this file
 only frames, translates and authenticates.
 
 One exception to one-at-a-time, as on a gRPC ProduceStream: a Produce with
@@ -63,7 +63,7 @@ Security (SPEC S12), per listener protocol, as Kafka 2.x:
   the cluster CA and its common name is the principal (``User:<CN>``, the gatekeeper's mapping),
   else ANONYMOUS.
 * SASL_SSL: TLS, then SCRAM-SHA-256 through SaslHandshake/SaslAuthenticate
-  (``broker.kafka_sasl``) against the credentials the gRPC listeners use; the principal is
+  (``broker.security.kafka_sasl``) against the credentials the gRPC listeners use; the principal is
   ``User:<name>``. Until authentication completes only ApiVersions, SaslHandshake and
   SaslAuthenticate are served, frames are small (``MAX_PREAUTH_FRAME_BYTES``), and the SASL
   exchange must finish within ``request.timeout.ms`` of the TLS handshake; anything else closes
@@ -75,7 +75,7 @@ against ``max.connections`` from its completed handshake on.
 The principal then goes into the ``RequestContext`` of every request, so the ACLs apply exactly
 as on the gRPC listeners. SASL_PLAINTEXT is not offered: the gRPC listeners never take SASL
 credentials without TLS, and SCRAM without TLS would leave the session after authentication open
-to reading and hijacking. ``broker.config`` refuses a Kafka listener that does not authenticate
+to reading and hijacking. ``broker.server.config`` refuses a Kafka listener that does not authenticate
 on a cluster whose every gRPC client listener does.
 """
 
@@ -92,11 +92,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from broker import kafka_sasl, kafka_wire
-from broker.config import Listener
-from broker.kafka_apis import KafkaApis
-from broker.kafka_sasl import SaslServerConfig, SaslSession
-from broker.request_guard import ByteBudget
+from broker.network import kafka_wire
+from broker.network.request_guard import ByteBudget
+from broker.security import kafka_sasl
+from broker.security.kafka_sasl import SaslServerConfig, SaslSession
 from broker.security.principal import (
     ANONYMOUS,
     DEFAULT_BROKER_PREFIX,
@@ -108,6 +107,8 @@ from broker.security.principal import (
     common_name,
     user,
 )
+from broker.server.config import Listener
+from broker.server.kafka_apis import KafkaApis
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")

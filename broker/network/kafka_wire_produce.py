@@ -9,7 +9,7 @@ protobuf per partition) cost ~40% of the broker's produce handling in the
 3,000-partition profile. ``decode_produce`` reads the few fields a Produce has
 straight into the ``pb.ProduceRequest`` the handlers take, and
 ``encode_produce_response_v9`` writes the flexible answer (v5-v8 have their own
-in ``broker.kafka_wire``).
+in ``broker.network.kafka_wire``).
 
 It distrusts the frame as ``check_request`` does: every length and count is
 checked against the bytes left before anything is read or sliced, nothing is

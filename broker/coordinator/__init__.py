@@ -1,0 +1,1 @@
+"""Coordinators that run inside a broker (Kafka's ``kafka.coordinator``)."""

@@ -1,0 +1,1 @@
+"""The group coordinator: consumer group membership, rebalances and committed offsets."""
