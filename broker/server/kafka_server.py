@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -29,9 +28,6 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from kazoo.exceptions import KazooException, SessionExpiredError
-from kazoo.protocol.states import KazooState
-from kazoo.retry import RetryFailedError
 
 from broker.coordinator.group.group_apis import GroupApis
 from broker.coordinator.group.group_coordinator import GroupCoordinator
@@ -52,12 +48,13 @@ from broker.server.kafka_apis import KafkaApis, answer_typed
 from broker.server.metadata_apis import MetadataApis
 from broker.server.metadata_cache import MetadataCache
 from broker.server.observability import BrokerMetrics, EventBuffer
+from broker.server.registration import BrokerRegistrationManager, SessionListeners
 from controller.controller import ControllerSettings, KafkaController
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
 from proto.grpc_options import SERVER_OPTIONS
-from zk.client import BrokerIdInUseError, KafkaZkClient, read_digest
+from zk.client import KafkaZkClient, read_digest
 from zk.data import BrokerRegistration, Endpoint
 
 log = logging.getLogger(__name__)
@@ -92,7 +89,6 @@ class KafkaServer:
         self.cluster_id = ""
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._session_lost = threading.Event()
         self.registered = asyncio.Event()
         # Recent cluster events seen by this broker (log records tagged with an "event").
         self.events = EventBuffer()
@@ -139,6 +135,13 @@ class KafkaServer:
         self.group_coordinator = GroupCoordinator(self.broker_id, self.zk, self._live_broker_ids, CoordinatorLimits(
             max_committed_partitions=cfg.group_max_committed_partitions,
             offset_metadata_max_bytes=cfg.offset_metadata_max_bytes))
+        self.registration = BrokerRegistrationManager(
+            self.zk, self.broker_id, cfg.session_timeout_ms, self._registration, self._on_registered,
+            SessionListeners(on_zk_state=self.controller.on_zk_state,
+                             on_session_lost=self.group_coordinator.on_session_lost,
+                             on_session_reestablished=self.controller.on_session_reestablished,
+                             reload_cached_state=self.dynamic_config.reload_all),
+            stopping=lambda: self._stopping, spawn=self._spawn)
         self.metadata_apis = MetadataApis(
             broker_id=self.broker_id, config=cfg, metadata=self.metadata, gate=self.gate, admin=self.admin,
             replica_manager=self.replica_manager, events=self.events, cluster_id=lambda: self.cluster_id,
@@ -235,9 +238,9 @@ class KafkaServer:
                                if any(not r.inter_broker for r in self.gate.roles())
                                else cfg.inter_broker_listener.name]
 
-        await self._register()
+        await self.registration.register()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
-        self.zk.add_state_listener(self._on_zk_state)
+        self.registration.watch_session(self.loop)
         self.controller.start()
         self.group_coordinator.start()
         self.dynamic_config.start_watches(self.loop)
@@ -259,73 +262,23 @@ class KafkaServer:
         return tuple(Endpoint(x.name, x.host, x.port or self.ports.get(x.name, 0), x.security_protocol)
                      for x in [*cfg.advertised_listener_list, *cfg.advertised_kafka_listener_list])
 
-    async def _register(self) -> None:
+    def _registration(self) -> BrokerRegistration:
+        """What /brokers/ids/[id] says of this broker (its listeners are bound by now)."""
         endpoints = self.advertised_endpoints()
         inter = self.config.inter_broker_listener.name
         ib = next(e for e in endpoints if e.name == inter)
-        reg = BrokerRegistration(self.broker_id, ib.host, ib.port, now_ms(), self.config.broker_rack or None,
-                                 endpoints=endpoints, inter_broker_listener=inter,
-                                 replica_fetch_port=self.replica_fetch_port)
-        # A znode left by our own previous incarnation (kill -9, quick restart) goes away when its
-        # session expires: wait that long before concluding that a live broker holds the id. A
-        # ZooKeeper that does not answer (the gateway's retries are bounded) is tried again for as
-        # long, too: giving up at once left a broker unregistered for good (issue 14).
-        deadline = time.monotonic() + self.config.session_timeout_ms / 1000.0 + 2.0
-        while True:
-            try:
-                self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, reg)
-                break
-            except (BrokerIdInUseError, KazooException, RetryFailedError) as e:
-                if time.monotonic() >= deadline or self._stopping or isinstance(e, SessionExpiredError):
-                    raise
-                log.info("broker %d: registration not done yet (%s); retrying", self.broker_id, type(e).__name__)
-                await asyncio.sleep(0.2)
-        self.fetcher_manager.broker_epoch = self.broker_epoch
+        return BrokerRegistration(self.broker_id, ib.host, ib.port, now_ms(), self.config.broker_rack or None,
+                                  endpoints=endpoints, inter_broker_listener=inter,
+                                  replica_fetch_port=self.replica_fetch_port)
+
+    def _on_registered(self, broker_epoch: int) -> None:
+        self.broker_epoch = broker_epoch
+        self.fetcher_manager.broker_epoch = broker_epoch
         self.registered.set()
-        log.info("broker %d registered at /brokers/ids/%d (broker epoch %d)", self.broker_id, self.broker_id,
-                 self.broker_epoch)
 
     async def _set_health(self, status: Any) -> None:
         for service in ("", "minikafka.v1.KafkaApi"):
             await self.health.set(service, status)
-
-    def _on_zk_state(self, state: KazooState) -> None:
-        """kazoo's thread: record session loss; re-register once a new session is up."""
-        self.controller.on_zk_state(state)
-        if state == KazooState.LOST:
-            log.warning("broker %d: ZooKeeper session expired", self.broker_id)
-            self._session_lost.set()
-            # Every group lease may be another broker's by now (SPEC S11.4).
-            self.loop.call_soon_threadsafe(self.group_coordinator.on_session_lost)
-        elif state == KazooState.CONNECTED and self._session_lost.is_set() and not self._stopping:
-            self._session_lost.clear()
-            self.loop.call_soon_threadsafe(lambda: self._spawn(self._reregister()))
-
-    async def _reregister(self) -> None:
-        """A new session after an expiry: register again, until it works or that session is lost
-        too (then the next CONNECTED starts over) - never give up while the broker runs."""
-        for attempt in range(1_000_000):
-            if self._stopping or self._session_lost.is_set():
-                return
-            try:
-                await self._register()
-                break
-            except Exception as e:
-                log.error("broker %d: re-registration failed (attempt %d): %s", self.broker_id, attempt + 1, e)
-                await asyncio.sleep(min(5.0, 0.5 * (attempt + 1)))
-        else:
-            return
-        self.controller.on_session_reestablished()
-        # SPEC S14.1 (b): what changed while this broker had no session is read again.
-        for attempt in range(1_000_000):
-            if self._stopping or self._session_lost.is_set():
-                return
-            try:
-                await self.dynamic_config.reload_all()
-                return
-            except Exception as e:
-                log.error("broker %d: reloading cached state failed (attempt %d): %s", self.broker_id, attempt + 1, e)
-                await asyncio.sleep(min(5.0, 0.5 * (attempt + 1)))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -372,9 +325,7 @@ class KafkaServer:
             return False
         for attempt in range(cfg.controlled_shutdown_max_retries + 1):
             try:
-                controller_id = await asyncio.to_thread(self.zk.get_controller_id)
-                reg = await asyncio.to_thread(self.zk.get_broker, controller_id) if controller_id is not None \
-                    else None
+                reg = await self.registration.controller_registration()
                 if reg is None:
                     raise errors.NotControllerError("no controller")
                 control = reg.endpoint(cfg.control_plane_listener.name)
