@@ -299,6 +299,17 @@ class AdminClient:
                 out.append(GroupPartition(topic, p, current, leo, lag, owners.get((topic, p))))
         return out
 
+    def delete_groups(self, groups: Sequence[str]) -> dict[str, int]:
+        """Kafka's deleteConsumerGroups: the error code per group (NONE when deleted; NON_EMPTY_GROUP
+        while it has members; GROUP_ID_NOT_FOUND)."""
+        return {g: self._member(g).delete() for g in groups}
+
+    def delete_group_offsets(self, group: str, partitions: Sequence[tuple[str, int]]
+                             ) -> tuple[int, dict[tuple[str, int], int]]:
+        """Kafka's deleteConsumerGroupOffsets (KIP-496): (group error code, code per partition;
+        GROUP_SUBSCRIBED_TO_TOPIC for a topic the group's members consume)."""
+        return self._member(group).delete_offsets(list(partitions))
+
     def reset_group_offsets(self, group: str, topic: str, to: str, value: int | None = None,
                             execute: bool = False) -> dict[TopicPartition, int]:
         """to: earliest | latest | offset | timestamp. A dry run unless ``execute``; refused while

@@ -173,9 +173,10 @@ class Consumer:
                  sasl_mechanism: str = "SCRAM-SHA-256", sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None, security: ChannelSecurity | None = None,
                  session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 3000,
-                 max_poll_interval_ms: int = 300_000) -> None:
+                 max_poll_interval_ms: int = 300_000, group_instance_id: str | None = None) -> None:
         """``zookeeper_connect`` and ``zookeeper_session_timeout_ms`` are accepted and ignored: groups
-        go through the broker's coordinator. ``max_poll_interval_ms`` is the rebalance timeout."""
+        go through the broker's coordinator. ``max_poll_interval_ms`` is the rebalance timeout.
+        ``group_instance_id`` makes the consumer a static member (KIP-345, Kafka's group.instance.id)."""
         del zookeeper_connect, zookeeper_session_timeout_ms
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise errors.InvalidRequestError("auto_offset_reset must be earliest, latest or none")
@@ -214,7 +215,7 @@ class Consumer:
         if group_id is not None:
             self._group = GroupMember(self.view, group_id, self.consumer_id, session_timeout_ms,
                                       max_poll_interval_ms, heartbeat_interval_ms, self.retry_backoff_s,
-                                      self.request_timeout_s)
+                                      self.request_timeout_s, group_instance_id)
         if topics:
             self.subscribe(list(topics))
 
@@ -544,6 +545,8 @@ class Consumer:
                 cols = decode_columns(p.records, sent[tp])
                 if not cols.num_rows and cols.error is None and tp in self._buffer:
                     self._buffer[tp][-1].caught_up = True  # no more prefetching until these are taken
+                elif not cols.num_rows and cols.error is None and cols.next_offset > sent[tp]:
+                    self._positions[tp] = cols.next_offset  # batches whose records compaction removed
                 elif cols.num_rows or cols.error is not None:
                     # Rows that precede a bad batch are handed out first; the bad batch itself is raised
                     # by _slices when it is next (a fetch of nothing but it is buffered for that).

@@ -141,9 +141,12 @@ def range_assign(subscriptions: dict[str, list[str]], partitions_of: Callable[[s
 class GroupMember:
     def __init__(self, view: ClusterView, group_id: str, client_id: str, session_timeout_ms: int,
                  rebalance_timeout_ms: int, heartbeat_interval_ms: int, retry_backoff_s: float,
-                 request_timeout_s: float) -> None:
+                 request_timeout_s: float, group_instance_id: str | None = None) -> None:
         self.view = view
         self.group_id = group_id
+        # KIP-345: a static member rejoins after a restart in its old place, without a rebalance; it
+        # sends no LeaveGroup on close (its partitions wait session_timeout_ms for it to come back).
+        self.group_instance_id = group_instance_id or ""
         self.client_id = client_id
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
@@ -239,7 +242,7 @@ class GroupMember:
             resp = self._call("JoinGroup", pb.JoinGroupRequest(
                 group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
                 rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
-                protocol_type=PROTOCOL_TYPE, client_id=self.client_id,
+                protocol_type=PROTOCOL_TYPE, client_id=self.client_id, group_instance_id=self.group_instance_id,
                 protocols=[pb.JoinGroupProtocol(name=RANGE, metadata=encode_subscription(topics))]),
                 timeout_s=self.rebalance_timeout_ms / 1000.0 + self.request_timeout_s)
             if resp is None or resp.error_code in _COORDINATOR_ERRORS or \
@@ -265,7 +268,7 @@ class GroupMember:
                          self.member_id, plan)
             sresp = self._call("SyncGroup", pb.SyncGroupRequest(
                 group_id=self.group_id, generation_id=resp.generation_id, member_id=self.member_id,
-                assignments=assignments), timeout_s=self.rebalance_timeout_ms / 1000.0 + self.request_timeout_s)
+                group_instance_id=self.group_instance_id, assignments=assignments), timeout_s=self.rebalance_timeout_ms / 1000.0 + self.request_timeout_s)
             if sresp is None or sresp.error_code in _COORDINATOR_ERRORS or sresp.error_code in _REJOIN_ERRORS:
                 last = "coordinator unavailable" if sresp is None else errors.for_code(sresp.error_code).name
                 if sresp is not None and sresp.error_code == errors.UnknownMemberIdError.code:
@@ -293,7 +296,8 @@ class GroupMember:
                 continue
             try:
                 resp = self._call("Heartbeat", pb.HeartbeatRequest(group_id=self.group_id,
-                                                                   generation_id=generation, member_id=member))
+                                                                   generation_id=generation, member_id=member,
+                                                                   group_instance_id=self.group_instance_id))
             except errors.KafkaError as e:
                 log.info("group %s: heartbeat: %s", self.group_id, e)
                 continue
@@ -304,7 +308,10 @@ class GroupMember:
                     continue  # an answer about a generation we have left or are leaving
                 if resp.error_code == errors.UnknownMemberIdError.code:
                     self.member_id = ""
-            if resp.error_code in _REJOIN_ERRORS or resp.error_code in _COORDINATOR_ERRORS:
+            # FENCED_INSTANCE_ID: another consumer took this static member's place; the join that
+            # follows is refused with it too and raises it from poll(), as Kafka's consumer does.
+            if resp.error_code in _REJOIN_ERRORS or resp.error_code in _COORDINATOR_ERRORS \
+                    or resp.error_code == errors.FencedInstanceIdError.code:
                 log.info("group %s: heartbeat says %s: rejoining", self.group_id,
                          errors.for_code(resp.error_code).name)
                 self.rejoin_needed.set()
@@ -319,6 +326,7 @@ class GroupMember:
         for (topic, part), off in sorted(offsets.items()):
             by_topic.setdefault(topic, []).append(pb.OffsetCommitPartition(partition=part, offset=off))
         req = pb.OffsetCommitRequest(group_id=self.group_id, generation_id=generation, member_id=member,
+                                     group_instance_id=self.group_instance_id if as_member else "",
                                      topics=[pb.OffsetCommitTopic(name=t, partitions=ps)
                                              for t, ps in by_topic.items()])
         result: dict[tuple[str, int], int] = {}
@@ -356,6 +364,37 @@ class GroupMember:
                     if p.error_code == 0 and p.committed_offset >= 0}
         raise errors.CoordinatorNotAvailableError(f"OffsetFetch({self.group_id}): {last}")
 
+    def delete(self) -> int:
+        """DeleteGroups of this group at its coordinator: the error code (NONE, NON_EMPTY_GROUP,
+        GROUP_ID_NOT_FOUND, ...), retried while the coordinator moves (bounded)."""
+        code = errors.CoordinatorNotAvailableError.code
+        for _attempt in range(20):
+            resp = self._call("DeleteGroups", pb.DeleteGroupsRequest(groups=[self.group_id]))
+            code = code if resp is None or not resp.results else resp.results[0].error_code
+            if resp is not None and resp.results and code not in _COORDINATOR_ERRORS:
+                return int(code)
+            if code in _COORDINATOR_ERRORS:
+                self.coordinator_dead()
+            time.sleep(self.retry_backoff_s)
+        return int(code)
+
+    def delete_offsets(self, partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (KIP-496): (the group's error code, the code per partition)."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, part in partitions:
+            by_topic.setdefault(topic, []).append(part)
+        req = pb.OffsetDeleteRequest(group_id=self.group_id, topics=[
+            pb.OffsetDeleteTopic(name=t, partitions=ps) for t, ps in sorted(by_topic.items())])
+        code = errors.CoordinatorNotAvailableError.code
+        for _attempt in range(20):
+            resp = self._call("OffsetDelete", req)
+            if resp is not None and resp.error_code not in _COORDINATOR_ERRORS:
+                return int(resp.error_code), {(t.name, p.partition): int(p.error_code)
+                                              for t in resp.topics for p in t.partitions}
+            code = code if resp is None else resp.error_code
+            time.sleep(self.retry_backoff_s)
+        return int(code), {}
+
     def describe(self) -> pb.DescribedGroup:
         for _attempt in range(20):
             resp = self._call("DescribeGroups", pb.DescribeGroupsRequest(groups=[self.group_id]))
@@ -374,7 +413,7 @@ class GroupMember:
         self._closed.set()
         with self._lock:
             member = self.member_id
-        if member:
+        if member and not self.group_instance_id:
             try:
                 self._call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id, member_id=member))
             except errors.KafkaError as e:

@@ -414,6 +414,12 @@ class GroupMaxSizeReachedError(KafkaError):
     description = "The group already has group.max.size members."
 
 
+class FencedInstanceIdError(KafkaError):
+    code, name = 82, "FENCED_INSTANCE_ID"
+    description = ("Another member joined with this member's group.instance.id (KIP-345): this one is "
+                   "fenced and must not rejoin with it.")
+
+
 class EligibleLeadersNotAvailableError(KafkaError):
     code, name = 83, "ELIGIBLE_LEADERS_NOT_AVAILABLE"
     description = "No eligible leader is available."
@@ -428,6 +434,11 @@ class ElectionNotNeededError(KafkaError):
 class NoReassignmentInProgressError(KafkaError):
     code, name = 85, "NO_REASSIGNMENT_IN_PROGRESS"
     description = "No reassignment is in progress."
+
+
+class GroupSubscribedToTopicError(KafkaError):
+    code, name = 86, "GROUP_SUBSCRIBED_TO_TOPIC"
+    description = "The group's members are subscribed to this topic: its offsets cannot be deleted (KIP-496)."
 
 
 class InvalidRecordError(KafkaError):

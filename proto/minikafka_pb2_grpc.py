@@ -184,6 +184,16 @@ class KafkaApiStub:
                 request_serializer=proto_dot_minikafka__pb2.DescribeGroupsRequest.SerializeToString,
                 response_deserializer=proto_dot_minikafka__pb2.DescribeGroupsResponse.FromString,
                 _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/DeleteGroups',
+                request_serializer=proto_dot_minikafka__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
+        self.OffsetDelete = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/OffsetDelete',
+                request_serializer=proto_dot_minikafka__pb2.OffsetDeleteRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.OffsetDeleteResponse.FromString,
+                _registered_method=True)
 
 
 class KafkaApiServicer:
@@ -382,6 +392,18 @@ class KafkaApiServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetDelete(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KafkaApiServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -534,6 +556,16 @@ def add_KafkaApiServicer_to_server(servicer, server):
                     servicer.DescribeGroups,
                     request_deserializer=proto_dot_minikafka__pb2.DescribeGroupsRequest.FromString,
                     response_serializer=proto_dot_minikafka__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=proto_dot_minikafka__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'OffsetDelete': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetDelete,
+                    request_deserializer=proto_dot_minikafka__pb2.OffsetDeleteRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.OffsetDeleteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1346,6 +1378,60 @@ class KafkaApi:
             '/minikafka.v1.KafkaApi/DescribeGroups',
             proto_dot_minikafka__pb2.DescribeGroupsRequest.SerializeToString,
             proto_dot_minikafka__pb2.DescribeGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/DeleteGroups',
+            proto_dot_minikafka__pb2.DeleteGroupsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetDelete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/OffsetDelete',
+            proto_dot_minikafka__pb2.OffsetDeleteRequest.SerializeToString,
+            proto_dot_minikafka__pb2.OffsetDeleteResponse.FromString,
             options,
             channel_credentials,
             insecure,

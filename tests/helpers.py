@@ -157,6 +157,12 @@ TEST_BROKER_CONFIG = {
     "leader.imbalance.check.interval.seconds": "3600",
     # Tests make small segments on purpose (retention, rolling); production's floor is 1 MiB.
     "min.segment.bytes": "1024",
+    # Group members with short sessions, so that group failover tests take seconds (Kafka's own test
+    # brokers lower it too); production's floor is Kafka's 6000 ms.
+    "group.min.session.timeout.ms": "1000",
+    # No initial rebalance delay (Kafka's test brokers set it to 0 too): a group's first generation
+    # comes at once; tests of the delay set it themselves.
+    "group.initial.rebalance.delay.ms": "0",
 }
 # The ZooKeeper identity test clusters' brokers use (zookeeper.set.acl is on): tests that play the
 # role of an admin tool writing ZooKeeper directly authenticate with it (the zk_client fixture).

@@ -22,6 +22,7 @@ controller can never write again once a successor exists.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -1013,6 +1014,36 @@ class KafkaZkClient:
                 if path in result.current:  # what the conflict read back (only its own multi's paths)
                     exists[(t, p)] = result.current[path] is not None
         raise KazooException(f"group {group}: offsets could not be written (znodes kept changing)")
+
+    def delete_group_offsets(self, lease: GroupLease, partitions: Sequence[tuple[str, int]]) -> None:
+        """Delete committed offsets, conditional on ``lease`` (NotCoordinatorError when fenced). Many
+        partitions go in several multis, each under the lease; a topic's znode stays (empty)."""
+        group = lease.group_id
+        present = [tp for tp in partitions if self._read(ConsumersZNode.offset(group, *tp)) is not None]
+        writes = [ZkWrite("delete", ConsumersZNode.offset(group, t, p)) for t, p in sorted(present)]
+        if not self.commit_guarded(lease.zk_version, writes, guard=ConsumersZNode.coordinator(group)).applied:
+            raise KazooException(f"group {group}: offsets could not be deleted (znodes kept changing)")
+
+    def delete_group(self, lease: GroupLease) -> None:
+        """Delete ``lease``'s group: its committed offsets, then its coordinator record (the fence
+        itself, last, in a multi that checks it), then /consumers/[group] if nothing else is under it
+        (the old ZooKeeper consumer's ids/owners, say). NotCoordinatorError when fenced."""
+        group = lease.group_id
+        guard = ConsumersZNode.coordinator(group)
+        offsets = self.get_group_offsets_and_metadata(group)
+        self.delete_group_offsets(lease, list(offsets))
+        try:
+            topics = self._r(self.zk.get_children, ConsumersZNode.offsets(group))
+        except NoNodeError:
+            topics = []
+        writes = [ZkWrite("delete", ConsumersZNode.offsets_topic(group, t)) for t in sorted(topics)]
+        if topics:
+            writes.append(ZkWrite("delete", ConsumersZNode.offsets(group)))
+        writes.append(ZkWrite("delete", guard, version=lease.zk_version))
+        if not self.commit_guarded(lease.zk_version, writes, guard=guard).applied:
+            raise KazooException(f"group {group}: could not be deleted (znodes kept changing)")
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            self._r(self.zk.delete, ConsumersZNode.group(group))
 
     def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
         path = ConsumersZNode.offset(group, topic, partition)

@@ -21,6 +21,7 @@ RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT: Final = "replication-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT: Final = "leader-epoch-checkpoint"
+CLEANER_OFFSET_CHECKPOINT: Final = "cleaner-offset-checkpoint"  # per log dir: first dirty offset per log
 
 
 class CorruptCheckpointError(KafkaStorageError):

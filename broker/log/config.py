@@ -21,6 +21,31 @@ INT_MAX: Final = (1 << 31) - 1
 MAX_MESSAGE_BYTES_LIMIT: Final = 104857600
 
 
+CLEANUP_POLICIES: Final = ("compact", "delete")
+
+
+def normalize_cleanup_policy(raw: str) -> str:
+    """``delete`` | ``compact`` | ``compact,delete`` (either order, spaces allowed); InvalidConfigError else."""
+    items = [x.strip().lower() for x in raw.split(",")]
+    if not items or any(x not in CLEANUP_POLICIES for x in items):
+        raise InvalidConfigError(f"Invalid value {raw!r} for configuration cleanup.policy: "
+                                 f"String must be one of: compact, delete (or both, comma-separated)")
+    return ",".join(sorted(set(items)))
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """The broker's ``log.cleaner.*`` settings (Kafka's CleanerConfig); not topic configs."""
+
+    enable: bool = True
+    threads: int = 1
+    io_max_bytes_per_second: float = 1.7976931348623157e308  # Kafka's Double.MaxValue: no throttle
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    io_buffer_size: int = 512 * 1024
+    io_buffer_load_factor: float = 0.9
+    backoff_ms: int = 15000
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     segment_bytes: int = 1 << 30
@@ -37,6 +62,24 @@ class LogConfig:
     unclean_leader_election_enable: bool = False
     message_timestamp_type: str = "CreateTime"
     message_timestamp_difference_max_ms: int = LONG_MAX
+    cleanup_policy: str = "delete"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 86400000
+    # Broker-wide, not a topic config (not in TOPIC_CONFIG_NAMES): see the module docstring.
+    cleaner: CleanerConfig = CleanerConfig()
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy includes compact: the log cleaner rewrites this log (asked on every append:
+        the policy is normalized, so no split)."""
+        return self.cleanup_policy.startswith("compact")
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy includes delete: retention by time and size applies."""
+        return self.cleanup_policy.endswith("delete")
 
     @property
     def max_index_entries(self) -> int:
@@ -70,6 +113,13 @@ class LogConfig:
                 raise InvalidConfigError(f"{name} must be between {bounds[0]} and {bounds[1]}, got {value}")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise InvalidConfigError("message.timestamp.type must be CreateTime or LogAppendTime")
+        if normalize_cleanup_policy(self.cleanup_policy) != self.cleanup_policy:
+            raise InvalidConfigError(f"cleanup.policy {self.cleanup_policy!r} is not normalized")
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            # Kafka's LogConfig.validateValues.
+            raise InvalidConfigError(f"conflict topic config setting min.compaction.lag.ms "
+                                     f"({self.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                                     f"({self.max_compaction_lag_ms})")
 
     def check_policy(self, min_segment_bytes: int, min_segment_ms: int) -> None:
         """The broker's floor on segment size and age (min.segment.bytes, min.segment.ms)."""
@@ -96,10 +146,15 @@ TOPIC_CONFIG_NAMES: Final[dict[str, str]] = {
     "unclean.leader.election.enable": "unclean_leader_election_enable",
     "message.timestamp.type": "message_timestamp_type",
     "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
+    "cleanup.policy": "cleanup_policy",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
+    "delete.retention.ms": "delete_retention_ms",
 }
 
 # Inclusive ranges of the numeric topic configs (Kafka's, with ints where Kafka has ints).
-TOPIC_CONFIG_BOUNDS: Final[dict[str, tuple[int, int]]] = {
+TOPIC_CONFIG_BOUNDS: Final[dict[str, tuple[float, float]]] = {
     "segment.bytes": (14, INT_MAX),
     "segment.ms": (1, LONG_MAX),
     "segment.index.bytes": (4096, INT_MAX),
@@ -112,6 +167,10 @@ TOPIC_CONFIG_BOUNDS: Final[dict[str, tuple[int, int]]] = {
     "file.delete.delay.ms": (0, LONG_MAX),
     "min.insync.replicas": (1, INT_MAX),
     "message.timestamp.difference.max.ms": (0, LONG_MAX),
+    "min.cleanable.dirty.ratio": (0, 1),
+    "min.compaction.lag.ms": (0, LONG_MAX),
+    "max.compaction.lag.ms": (1, LONG_MAX),
+    "delete.retention.ms": (0, LONG_MAX),
 }
 
 _TYPES: Final = {f.name: f.type for f in fields(LogConfig)}
@@ -127,6 +186,13 @@ def _parse(key: str, attr: str, raw: str) -> object:
             return low == "true"
         if kind == "int":
             return int(raw.strip())
+        if kind == "float":
+            value = float(raw.strip())
+            if value != value:  # NaN is within no range
+                raise ValueError(raw)
+            return value
+        if attr == "cleanup_policy":
+            return normalize_cleanup_policy(raw)
         return raw.strip()
     except ValueError:
         raise InvalidConfigError(f"invalid value {raw!r} for config {key}") from None

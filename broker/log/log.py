@@ -71,10 +71,11 @@ from broker.log.checkpoint import (
     read_epoch_entries,
     write_epoch_entries,
 )
+from broker.log.cleaner import check_keys_for_compaction
 from broker.log.config import LogConfig
 from broker.log.epoch_cache import LeaderEpochCache
 from broker.log.producer_state import ProducerStateManager
-from broker.log.segment import LOG_SUFFIX, LogSegment
+from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
 from proto.errors import (
     InvalidRequestError,
     KafkaStorageError,
@@ -91,6 +92,7 @@ from proto.record_batch import (
     BatchHeader,
     BatchInfo,
     Record,
+    iter_headers,
     set_log_append_time,
     stamp_prefix,
     validate_batches,
@@ -103,6 +105,10 @@ MAX_OFFSET = (1 << 63) - 2
 
 
 MAX_ROLLS_IN_FLIGHT = 8
+
+# A cleaned segment being written, and one committed to replace the segments it was cleaned from.
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +206,9 @@ class Log:
         for name in names:
             if name.endswith(".tmp"):
                 (self.dir / name).unlink()
+        if any(name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for name in names):
+            self._complete_swaps(names)
+            names = os.listdir(self.dir)
         bases = sorted(int(n[: -len(LOG_SUFFIX)]) for n in names
                        if n.endswith(LOG_SUFFIX) and n[: -len(LOG_SUFFIX)].isdigit())
         # Index files without a data file are leftovers of a deleted segment.
@@ -261,6 +270,68 @@ class Log:
         changed |= self.epoch_cache.truncate_from_start(self.log_start_offset)
         if changed:
             self._checkpoint_epochs()  # start-up: synchronous
+
+    def _complete_swaps(self, names: list[str]) -> None:
+        """A clean interrupted by a crash (Kafka's rules): ``.cleaned`` files were not yet committed
+        and go; a ``<base>.log.swap`` was (broker/log/log_cleaner.py renames a cleaned segment so only
+        once it is complete and fsynced), so the swap is finished - every segment whose base lies in
+        the offsets it covers goes, and the swap files take their final names."""
+        for name in names:
+            if name.endswith(CLEANED_SUFFIX):
+                (self.dir / name).unlink(missing_ok=True)
+        swap_logs = sorted(n for n in names if n.endswith(LOG_SUFFIX + SWAP_SUFFIX)
+                           and n[: -len(LOG_SUFFIX + SWAP_SUFFIX)].isdigit())
+        bases = sorted(int(n[: -len(LOG_SUFFIX)]) for n in names
+                       if n.endswith(LOG_SUFFIX) and n[: -len(LOG_SUFFIX)].isdigit())
+        for swap in swap_logs:
+            base = int(swap[: -len(LOG_SUFFIX + SWAP_SUFFIX)])
+            data = (self.dir / swap).read_bytes()
+            end = base
+            for _pos, header in iter_headers(data):
+                end = max(end, header.next_offset)
+            for old in bases:
+                if base <= old < max(end, base + 1):
+                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                        (self.dir / segment_file_name(old, suffix)).unlink(missing_ok=True)
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                swapped = self.dir / (segment_file_name(base, suffix) + SWAP_SUFFIX)
+                if swapped.exists():
+                    os.replace(swapped, self.dir / segment_file_name(base, suffix))
+                else:  # an index that was never written (an empty segment): rebuilt from the data
+                    (self.dir / segment_file_name(base, suffix)).unlink(missing_ok=True)
+            logger.warning("%s-%d: completed the swap of a cleaned segment at %d interrupted by a crash",
+                           self.topic, self.partition, base)
+        for name in os.listdir(self.dir):  # index swaps without their data file
+            if name.endswith(SWAP_SUFFIX):
+                (self.dir / name).unlink(missing_ok=True)
+        fsync_dir(self.dir)
+
+    def replace_segments(self, old: list[LogSegment], base_offset: int, now_ms: int) -> LogSegment:
+        """Put the cleaned segment ``<base_offset>.*.cleaned`` (complete and fsynced) in place of
+        ``old``, consecutive inactive segments of this log (Kafka's ``replaceSegments``): renamed to
+        ``.swap`` (the commit point: from here a crash completes the swap, ``_complete_swaps``), the
+        old segments deleted, the swap files renamed to their final names, the new segment loaded."""
+        i = self._segments.index(old[0])
+        if self._segments[i:i + len(old)] != old or i + len(old) >= len(self._segments):
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: the segments to replace are not the log's")
+        names = [segment_file_name(base_offset, suffix) for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+        for name in names:
+            cleaned = self.dir / (name + CLEANED_SUFFIX)
+            if cleaned.exists():
+                os.replace(cleaned, self.dir / (name + SWAP_SUFFIX))
+        fsync_dir(self.dir)
+        for seg in old:
+            seg.delete()
+        for name in names:
+            swapped = self.dir / (name + SWAP_SUFFIX)
+            if swapped.exists():
+                os.replace(swapped, self.dir / name)
+        fsync_dir(self.dir)
+        seg = LogSegment(self.dir, base_offset, self.config, now_ms)
+        seg.load()
+        self._segments[i:i + len(old)] = [seg]
+        self._bases[i:i + len(old)] = [base_offset]
+        return seg
 
     def _rebuild_epochs_from(self, recovered: list[LogSegment]) -> bool:
         """After a crash: the entries starting in the recovered segments are taken from their batch
@@ -329,6 +400,8 @@ class Log:
             max_ts = min(max_ts, now_ms + cfg.message_timestamp_difference_max_ms)
         info = validate_batches(records, deep=True, max_batch_bytes=cfg.max_message_bytes, min_timestamp=min_ts,
                                 max_timestamp=max_ts)
+        if cfg.compact:  # only compacted logs pay for decoding the records (Kafka's LogValidator)
+            check_keys_for_compaction(records, info, self.topic, self.partition)
         self._check_fits(len(records))
         idempotent = info.producer_batches
         if idempotent and max_producer_id is not None:
@@ -404,9 +477,10 @@ class Log:
                 f"{self.topic}-{self.partition}: follower append at {first} below log end {self.log_end_offset}")
         expected = first
         for b in info.batches:
-            if b.base_offset != expected:
+            # Offsets only grow; gaps are where the leader's cleaner removed records (compaction).
+            if b.base_offset < expected:
                 raise InvalidRequestError(
-                    f"{self.topic}-{self.partition}: batch at offset {b.base_offset} does not follow {expected}")
+                    f"{self.topic}-{self.partition}: batch at offset {b.base_offset} goes back below {expected}")
             if b.partition_leader_epoch < 0:
                 raise InvalidRequestError(
                     f"{self.topic}-{self.partition}: batch at offset {b.base_offset} has no leader epoch")
@@ -628,6 +702,9 @@ class Log:
         past retention.ms, beyond retention.bytes, or wholly below the log start offset.
         Never the active segment, never anything at or above the high watermark."""
         cfg = self.config
+        # Retention by time and size only where cleanup.policy includes delete; a compact-only log
+        # loses segments only below its log start offset (DeleteRecords).
+        by_retention = cfg.delete
         excess = self.size - cfg.retention_bytes if cfg.retention_bytes >= 0 else 0
         n = 0
         while n < len(self._segments) - 1:
@@ -636,8 +713,8 @@ class Log:
             if upper > self.high_watermark:
                 break
             by_start = upper <= self.log_start_offset
-            by_time = cfg.retention_ms >= 0 and now_ms - seg.largest_timestamp > cfg.retention_ms
-            by_size = cfg.retention_bytes >= 0 and excess - seg.size >= 0
+            by_time = by_retention and cfg.retention_ms >= 0 and now_ms - seg.largest_timestamp > cfg.retention_ms
+            by_size = by_retention and cfg.retention_bytes >= 0 and excess - seg.size >= 0
             if not (by_start or by_time or by_size):
                 break
             excess -= seg.size

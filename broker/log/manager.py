@@ -8,7 +8,11 @@ shutdown and removed at start-up tells the next start whether the logs can be
 trusted as they are or must be recovered from their recovery points.
 
 Periodic duties (retention, flush.ms, checkpoints) are methods taking
-``now_ms``; the broker's scheduler calls them.
+``now_ms``; the broker's scheduler calls them. Log compaction runs on the
+manager's own cleaner threads (broker/log/log_cleaner.py, ``self.cleaner``,
+configured by ``default_config.cleaner``): created at start-up, started when the
+broker hands over its event loop (``defer_roll_flushes``), stopped first at
+shutdown.
 
 Nothing on disk may stop a broker from starting (SPEC S13.5): an unreadable
 checkpoint is treated as absent (the logs are then recovered from their start),
@@ -45,6 +49,7 @@ from broker.log.checkpoint import (
 )
 from broker.log.config import LogConfig
 from broker.log.log import Log, RolledSegment, parse_topic_partition
+from broker.log.log_cleaner import LogCleaner
 from proto.errors import InvalidTopicError, KafkaStorageError
 from proto.names import TopicPartition, topic_name_error, validate_partition
 
@@ -81,6 +86,8 @@ class LogManager:
         # Rolled segments are fsynced here, in roll order, once the broker calls defer_roll_flushes.
         self._flusher: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Log compaction (created at start-up, once the directories are locked).
+        self.cleaner: LogCleaner | None = None
 
     # ------------------------------------------------------------ start-up
 
@@ -133,6 +140,8 @@ class LogManager:
             # From here on a crash must be detected: the marker goes until the next clean stop.
             marker.unlink(missing_ok=True)
         self.checkpoint_recovery_points()
+        self.cleaner = LogCleaner(self.default_config.cleaner, self.log_dirs, self._logs_with_dirs,
+                                  lambda tp: self.get_log(*tp))
 
     def defer_roll_flushes(self, loop: asyncio.AbstractEventLoop) -> None:
         """From now on a rolled segment is fsynced on one flusher thread, not on ``loop`` (which
@@ -141,6 +150,11 @@ class LogManager:
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="log-flusher")
         for log in self._logs.values():
             self._defer(log)
+        if self.cleaner is not None:
+            self.cleaner.start(loop)  # the cleaner's swaps run on ``loop``, which owns the logs
+
+    def _logs_with_dirs(self) -> list[tuple[TopicPartition, Log, Path]]:
+        return [(tp, log, self._dir_of[tp]) for tp, log in self._logs.items()]
 
     def _defer(self, log: Log) -> None:
         if self._flusher is not None:
@@ -230,6 +244,8 @@ class LogManager:
         left by a crash), so StopReplica(delete) and DeleteTopics always leave nothing behind."""
         tp = (topic, partition)
         log = self._logs.pop(tp, None)
+        if self.cleaner is not None:
+            self.cleaner.forget(tp)
         dirs = [self._dir_of.pop(tp)] if log is not None else list(self.log_dirs)
         if log is not None:
             log.close()
@@ -284,6 +300,8 @@ class LogManager:
         The logs are flushed by SHUTDOWN_FLUSH_THREADS threads (Kafka's per-directory recovery
         threads): with thousands of logs, one fsync after another (segments, leader-epoch
         checkpoints) took 10-30 s, while an fsync releases the GIL and the disk takes them in parallel."""
+        if self.cleaner is not None:
+            self.cleaner.shutdown()  # first: a clean in progress must not swap segments into closed logs
         logs = list(self._logs.values())
         if logs:
             with ThreadPoolExecutor(min(SHUTDOWN_FLUSH_THREADS, len(logs)), thread_name_prefix="log-shutdown") as pool:
@@ -307,6 +325,8 @@ class LogManager:
 
         Used by crash tests and by a broker whose storage failed; the next start recovers.
         """
+        if self.cleaner is not None:
+            self.cleaner.shutdown(wait=False)
         for log in self._logs.values():
             for seg in log.segments:
                 seg.abandon()

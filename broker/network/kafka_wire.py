@@ -86,7 +86,8 @@ PRODUCE: Final = 0
 # listener, as Kafka does, and refused with ILLEGAL_SASL_STATE where no SASL exchange is due.
 SASL_APIS: Final = frozenset({17, 36})
 
-# api key -> (name in broker.server.kafka_apis, lowest, highest version advertised).
+# api key -> (name, lowest, highest version advertised); the name is the API's in broker.network.api_catalogue
+# where it has one (tests/unit/test_api_catalogue.py checks that the keys agree).
 SUPPORTED: Final[dict[int, tuple[str, int, int]]] = {
     0: ("Produce", 3, 9),
     1: ("Fetch", 4, 12),
@@ -110,6 +111,8 @@ SUPPORTED: Final[dict[int, tuple[str, int, int]]] = {
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     36: ("SaslAuthenticate", 0, 2),
+    42: ("DeleteGroups", 0, 2),
+    47: ("OffsetDelete", 0, 0),
     44: ("IncrementalAlterConfigs", 0, 1),
 }
 
@@ -610,6 +613,7 @@ def decode_offset_commit_sliced(frame: bytes, slice_size: int = OFFSET_COMMIT_SL
     req.group_id = request.group_id
     req.generation_id = request.generation_id_or_member_epoch
     req.member_id = request.member_id
+    req.group_instance_id = _instance_id(request)
     return SlicedRequest(Decoded(h, request), req)
 
 
@@ -1034,7 +1038,14 @@ def _join_group(r: Any, h: Header) -> Plan:
         group_id=r.group_id, session_timeout_ms=session_ms,
         rebalance_timeout_ms=session_ms if rebalance is None else ms(rebalance), member_id=r.member_id,
         protocol_type=r.protocol_type, client_id=h.client_id, require_known_member_id=h.api_version >= 4,
+        group_instance_id=_instance_id(r),
         protocols=[pb.JoinGroupProtocol(name=p.name, metadata=p.metadata) for p in r.protocols]))]
+
+
+def _instance_id(r: Any) -> str:
+    """group.instance.id of JoinGroup v5+, SyncGroup/Heartbeat v3+, OffsetCommit v7+ (KIP-345):
+    null (a dynamic member) and absent (older versions) are both empty."""
+    return getattr(r, "group_instance_id", None) or ""
 
 
 def _join_group_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
@@ -1042,12 +1053,14 @@ def _join_group_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
     return {"error_code": resp.error_code, "generation_id": resp.generation_id,
             "protocol_type": r.protocol_type, "protocol_name": resp.protocol_name, "leader": resp.leader,
             "member_id": resp.member_id,
-            "members": [{"member_id": m.member_id, "metadata": m.metadata} for m in resp.members]}
+            "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id or None,
+                         "metadata": m.metadata} for m in resp.members]}
 
 
 def _sync_group(r: Any, _h: Header) -> Plan:
     return [("SyncGroup", pb.SyncGroupRequest(
         group_id=r.group_id, generation_id=r.generation_id, member_id=r.member_id,
+        group_instance_id=_instance_id(r),
         assignments=[pb.SyncGroupAssignment(member_id=x.member_id, assignment=x.assignment)
                      for x in r.assignments]))]
 
@@ -1060,7 +1073,7 @@ def _sync_group_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
 
 def _heartbeat(r: Any, _h: Header) -> Plan:
     return [("Heartbeat", pb.HeartbeatRequest(group_id=r.group_id, generation_id=r.generation_id,
-                                              member_id=r.member_id))]
+                                              member_id=r.member_id, group_instance_id=_instance_id(r)))]
 
 
 def _error_only_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
@@ -1068,8 +1081,10 @@ def _error_only_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
 
 
 def _leave_group(r: Any, _h: Header) -> Plan:
-    members = [m.member_id for m in r.members] if hasattr(r, "members") else [r.member_id]
-    return [("LeaveGroup", pb.LeaveGroupRequest(group_id=r.group_id, member_id=m)) for m in members]
+    # v3+ names members by member id and/or group.instance.id (an admin removes static members by the latter).
+    members = [(m.member_id, _instance_id(m)) for m in r.members] if hasattr(r, "members") else [(r.member_id, "")]
+    return [("LeaveGroup", pb.LeaveGroupRequest(group_id=r.group_id, member_id=m, group_instance_id=i))
+            for m, i in members]
 
 
 def _leave_group_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
@@ -1083,7 +1098,7 @@ def _leave_group_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
 def _offset_commit(r: Any, _h: Header) -> Plan:
     return [("OffsetCommit", pb.OffsetCommitRequest(
         group_id=r.group_id, generation_id=r.generation_id_or_member_epoch, member_id=r.member_id,
-        topics=[pb.OffsetCommitTopic(name=t.name, partitions=[
+        group_instance_id=_instance_id(r), topics=[pb.OffsetCommitTopic(name=t.name, partitions=[
             pb.OffsetCommitPartition(partition=p.partition_index, offset=p.committed_offset,
                                      metadata=_s(p.committed_metadata)) for p in t.partitions])
             for t in r.topics]))]
@@ -1132,6 +1147,26 @@ def _list_groups_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
                                                       for g in resp.groups]}
 
 
+def _delete_groups(r: Any, _h: Header) -> Plan:
+    return [("DeleteGroups", pb.DeleteGroupsRequest(groups=list(r.groups_names)))]
+
+
+def _delete_groups_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.DeleteGroupsResponse = a[0]
+    return {"results": [{"group_id": x.group_id, "error_code": x.error_code} for x in resp.results]}
+
+
+def _offset_delete(r: Any, _h: Header) -> Plan:
+    return [("OffsetDelete", pb.OffsetDeleteRequest(group_id=r.group_id, topics=[
+        pb.OffsetDeleteTopic(name=t.name, partitions=[p.partition_index for p in t.partitions]) for t in r.topics]))]
+
+
+def _offset_delete_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.OffsetDeleteResponse = a[0]
+    return {"error_code": resp.error_code, "topics": [{"name": t.name, "partitions": [
+        {"partition_index": p.partition, "error_code": p.error_code} for p in t.partitions]} for t in resp.topics]}
+
+
 def _describe_groups(r: Any, _h: Header) -> Plan:
     return [("DescribeGroups", pb.DescribeGroupsRequest(groups=list(r.groups)))]
 
@@ -1140,7 +1175,8 @@ def _describe_groups_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
     resp: pb.DescribeGroupsResponse = a[0]
     return {"groups": [{"error_code": g.error_code, "group_id": g.group_id, "group_state": g.group_state,
                         "protocol_type": g.protocol_type, "protocol_data": g.protocol_data,
-                        "members": [{"member_id": m.member_id, "client_id": m.client_id,
+                        "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id or None,
+                                     "client_id": m.client_id,
                                      "client_host": m.client_host, "member_metadata": m.member_metadata,
                                      "member_assignment": m.member_assignment} for m in g.members]}
                        for g in resp.groups]}
@@ -1151,6 +1187,7 @@ _TO_PB: Final[dict[int, Callable[[Any, Header], Plan]]] = {
     10: _find_coordinator, 11: _join_group, 12: _heartbeat, 13: _leave_group, 14: _sync_group,
     15: _describe_groups, 16: _list_groups, 19: _create_topics, 20: _delete_topics, 22: _init_producer_id,
     23: _offsets_for_leader_epoch, 32: _describe_configs, 33: _alter_configs, 44: _incremental_alter_configs,
+    42: _delete_groups, 47: _offset_delete,
 }
 _FROM_PB: Final[dict[int, Callable[[Any, Sequence[Any]], dict[str, Any]]]] = {
     0: _produce_out, 1: _fetch_out, 2: _list_offsets_out, 3: _metadata_out, 8: _offset_commit_out,
@@ -1158,4 +1195,5 @@ _FROM_PB: Final[dict[int, Callable[[Any, Sequence[Any]], dict[str, Any]]]] = {
     13: _leave_group_out, 14: _sync_group_out, 15: _describe_groups_out, 16: _list_groups_out,
     19: _create_topics_out, 20: _delete_topics_out, 22: _init_producer_id_out, 23: _offsets_for_leader_epoch_out,
     32: _describe_configs_out, 33: _alter_configs_out, 44: _alter_configs_out,
+    42: _delete_groups_out, 47: _offset_delete_out,
 }

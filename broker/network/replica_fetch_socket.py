@@ -20,8 +20,9 @@ Wire, as Kafka's: each frame is a 4-byte big-endian size, then the body. A reque
 ``FetchResponse``. One request at a time per connection; the answer comes back before the
 next request is read.
 
-It is an inter-broker listener, so it distrusts what crosses it exactly as the others do
-(SPEC S12, S13), through the Kafka listener's socket server (``broker.network.kafka_listener``): mutual
+It is an inter-broker listener served by the broker's one socket server
+(``broker.network.socket_server``, with a ``ReplicaFetchProtocol`` injected as its frame handler),
+so it distrusts what crosses it exactly as the Kafka listeners do (SPEC S12, S13): mutual
 TLS with a certificate signed by the cluster CA (a handshake that fails or does not finish within
 ``request.timeout.ms`` never reaches the frame reader); frame sizes bounded by
 ``socket.request.max.bytes`` and the frames held at once by a memory pool of
@@ -42,19 +43,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import ssl
 import struct
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from google.protobuf.message import DecodeError
 
-from broker.network.kafka_listener import KafkaListener, ListenerLimits
 from broker.network.request_guard import ByteBudget, error_response
+from broker.network.socket_server import Connection, ListenerLimits, Pending, SocketServer
 from broker.security.principal import DEFAULT_BROKER_PREFIX, SSL, RequestContext
-from broker.server.config import Listener
-from broker.server.kafka_apis import KafkaApis
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.grpc_options import MAX_MESSAGE_BYTES
@@ -92,33 +91,65 @@ def encode_response(correlation_id: int, response: pb.FetchResponse) -> bytes:
     return _RESPONSE_HEADER.pack(4 + len(body), correlation_id) + body
 
 
-class ReplicaFetchListener(KafkaListener):
-    """The leader's side: the Kafka listener's bounded socket server, answering FollowerFetch frames."""
+class FetchApis(Protocol):
+    """The request layer the broker injects (``broker.server.kafka_apis.KafkaApis``)."""
 
-    min_frame_bytes = REQUEST_HEADER_BYTES
-    pipelines_produce = False  # FollowerFetch frames only, one at a time
+    async def handle(self, api: str, request: Any, ctx: RequestContext) -> Any:
+        """``request``'s answer, typed whatever happens (never raises)."""
 
-    def __init__(self, host: str, port: int, apis: KafkaApis, limits: ListenerLimits, budget: ByteBudget,
+
+@dataclass(frozen=True)
+class _Endpoint:
+    name: str
+    host: str
+    port: int
+    security_protocol: str
+
+
+class ReplicaFetchListener(SocketServer):
+    """The leader's side: the socket server with a ``ReplicaFetchProtocol`` injected, on mutual TLS,
+    every connection an inter-broker one (this class only builds the pair). ``budget`` is its own
+    memory pool, not the Kafka listeners' (see the module doc)."""
+
+    def __init__(self, host: str, port: int, apis: FetchApis, limits: ListenerLimits, budget: ByteBudget,
                  tls: ssl.SSLContext, broker_prefix: str = DEFAULT_BROKER_PREFIX) -> None:
         if tls.verify_mode != ssl.CERT_REQUIRED:
             raise ValueError("the replica fetch listener serves brokers only: it must require client certificates")
-        super().__init__(Listener(LISTENER_NAME, host, port, SSL), apis, limits, budget, tls=tls,
-                         broker_prefix=broker_prefix)
-        self.requests_answered = 0  # exported as minikafka_replica_fetch_listener_requests
-
-    def _context(self, writer: asyncio.StreamWriter, host: str) -> RequestContext:
+        self.protocol = ReplicaFetchProtocol(apis)
         # Brokers only, as on the inter-broker gRPC listener: the handlers see an inter-broker request.
-        return dataclasses.replace(super()._context(writer, host), inter_broker=True)
+        super().__init__(_Endpoint(LISTENER_NAME, host, port, SSL), self.protocol, limits, budget, tls=tls,
+                         inter_broker=True, broker_prefix=broker_prefix)
 
-    async def _answer(self, frame: bytes, ctx: RequestContext, host: str) -> bytes | None:
+    @property
+    def requests_answered(self) -> int:
+        """Exported as minikafka_replica_fetch_listener_requests."""
+        return self.protocol.requests_answered
+
+
+class ReplicaFetchProtocol:
+    """FollowerFetch v0 frames as a socket server's frame handler (``socket_server.FrameHandler``):
+    one request at a time per connection, answered before the next is read."""
+
+    min_frame_bytes = REQUEST_HEADER_BYTES
+    max_waiting_answers = 1  # none ever waits: every answer is written before the next frame is read
+
+    def __init__(self, apis: FetchApis) -> None:
+        self.apis = apis
+        self.requests_answered = 0
+
+    def open(self, conn: Connection) -> None:
+        pass  # mutual TLS authenticated the connection already
+
+    async def serve(self, conn: Connection, frame: bytes, size: int) -> bytes | Pending | None:
         try:
             correlation_id, request = decode_request(frame)
         except ValueError as e:
-            self._violation(host, str(e))
+            conn.violation(str(e))
             return None
+        ctx = conn.ctx
         if ctx.broker_id is None:
             code = errors.ClusterAuthorizationFailedError.code
-            log.info("%s: %s is not a broker: refusing its fetch", self.listener.name, ctx.principal)
+            log.info("%s: %s is not a broker: refusing its fetch", ctx.listener, ctx.principal)
             response = error_response("FollowerFetch", request, code)
         elif request.replica_id < 0:
             response = error_response("FollowerFetch", request, errors.InvalidRequestError.code)
@@ -126,6 +157,9 @@ class ReplicaFetchListener(KafkaListener):
             response = await self.apis.handle("FollowerFetch", request, ctx)
         self.requests_answered += 1
         return encode_response(correlation_id, response)
+
+    def encode_pending(self, conn: Connection, token: Any, result: Any) -> bytes | None:
+        raise AssertionError("the replica fetch protocol answers every request at once")
 
 
 class ReplicaFetchUnreachable(ConnectionError):

@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from broker.network.api_catalogue import BY_NAME
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.names import MAX_PARTITION, topic_name_error
@@ -79,93 +80,12 @@ def error_message(code: pb.ErrorCode) -> str:
 
 
 def error_response(api: str, request: Any, code: int) -> Any:
-    """``request``'s response with ``code`` everywhere an error can be said (see the module doc)."""
-    c = errors.wire_code(code)
-    if api == "Metadata":
-        return pb.MetadataResponse(controller_id=-1, topics=[pb.TopicMetadata(name=t, error_code=c)
-                                                             for t in request.topics])
-    if api in ("Produce", "ProduceStream"):
-        return pb.ProduceResponse(topics=[pb.ProduceTopicResponse(name=t.name, partitions=[
-            pb.ProducePartitionResponse(partition=p.partition, error_code=c, base_offset=-1, log_append_time_ms=-1,
-                                        log_start_offset=-1) for p in t.partitions]) for t in request.topics])
-    if api in ("Fetch", "FollowerFetch", "FetchStream"):
-        return pb.FetchResponse(error_code=c, topics=[pb.FetchTopicResponse(name=t.name, partitions=[
-            pb.FetchPartitionResponse(partition=p.partition, error_code=c, high_watermark=-1, last_stable_offset=-1,
-                                      log_start_offset=-1, log_end_offset=-1) for p in t.partitions])
-            for t in request.topics])
-    if api == "ListOffsets":
-        return pb.ListOffsetsResponse(topics=[pb.ListOffsetsTopicResponse(name=t.name, partitions=[
-            pb.ListOffsetsPartitionResponse(partition=p.partition, error_code=c, timestamp=-1, offset=-1,
-                                            leader_epoch=-1) for p in t.partitions]) for t in request.topics])
-    if api == "OffsetsForLeaderEpoch":
-        return pb.OffsetsForLeaderEpochResponse(topics=[pb.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
-            pb.EpochEndOffset(partition=p.partition, error_code=c, leader_epoch=-1, end_offset=-1)
-            for p in t.partitions]) for t in request.topics])
-    if api == "CreateTopics":
-        return pb.CreateTopicsResponse(topics=[pb.CreatableTopicResult(name=t.name, error_code=c, num_partitions=-1,
-                                                                       replication_factor=-1)
-                                               for t in request.topics])
-    if api == "DeleteTopics":
-        return pb.DeleteTopicsResponse(responses=[pb.DeletableTopicResult(name=n, error_code=c)
-                                                  for n in request.topic_names])
-    if api == "DescribeConfigs":
-        return pb.DescribeConfigsResponse(results=[pb.DescribeConfigsResult(
-            error_code=c, resource_type=r.resource_type, resource_name=r.resource_name) for r in request.resources])
-    if api == "AlterConfigs":
-        return pb.AlterConfigsResponse(responses=[pb.AlterConfigsResult(
-            error_code=c, resource_type=r.resource_type, resource_name=r.resource_name) for r in request.resources])
-    if api == "InitProducerId":
-        return pb.InitProducerIdResponse(error_code=c, producer_id=-1, producer_epoch=-1)
-    if api == "DescribeReplicas":
-        return pb.DescribeReplicasResponse(broker_id=-1)
-    if api == "ElectLeaders":
-        return pb.ElectLeadersResponse(error_code=c, results=[pb.PartitionResult(
-            topic_name=p.topic_name, partition_index=p.partition_index, error_code=c) for p in request.partitions])
-    if api == "AlterPartitionReassignments":
-        return pb.AlterPartitionReassignmentsResponse(error_code=c, results=[pb.PartitionResult(
-            topic_name=p.topic_name, partition_index=p.partition_index, error_code=c) for p in request.partitions])
-    if api == "ListPartitionReassignments":
-        return pb.ListPartitionReassignmentsResponse(error_code=c)
-    if api == "CreateAcls":
-        return pb.CreateAclsResponse(results=[pb.AclResult(error_code=c) for _ in request.creations])
-    if api == "DescribeAcls":
-        return pb.DescribeAclsResponse(error_code=c)
-    if api == "DeleteAcls":
-        return pb.DeleteAclsResponse(filter_results=[pb.DeleteAclsFilterResult(error_code=c) for _ in request.filters])
-    if api == "AlterUserScramCredentials":
-        return pb.AlterUserScramCredentialsResponse(results=[
-            pb.UserResult(user=u.name, error_code=c) for u in [*request.deletions, *request.upsertions]])
-    if api == "DescribeUserScramCredentials":
-        return pb.DescribeUserScramCredentialsResponse(error_code=c)
-    if api == "FindCoordinator":
-        return pb.FindCoordinatorResponse(error_code=c, node_id=-1)
-    if api == "JoinGroup":
-        return pb.JoinGroupResponse(error_code=c, generation_id=-1, member_id=request.member_id)
-    if api == "SyncGroup":
-        return pb.SyncGroupResponse(error_code=c)
-    if api == "Heartbeat":
-        return pb.HeartbeatResponse(error_code=c)
-    if api == "LeaveGroup":
-        return pb.LeaveGroupResponse(error_code=c)
-    if api == "OffsetCommit":
-        return pb.OffsetCommitResponse(error_code=c, topics=[pb.OffsetCommitTopicResponse(name=t.name, partitions=[
-            pb.OffsetCommitPartitionResponse(partition=p.partition, error_code=c) for p in t.partitions])
-            for t in request.topics])
-    if api == "OffsetFetch":
-        return pb.OffsetFetchResponse(error_code=c)
-    if api == "ListGroups":
-        return pb.ListGroupsResponse(error_code=c)
-    if api == "DescribeGroups":
-        return pb.DescribeGroupsResponse(groups=[pb.DescribedGroup(group_id=g, error_code=c) for g in request.groups])
-    if api == "LeaderAndIsr":
-        return pb.LeaderAndIsrResponse(error_code=c)
-    if api == "UpdateMetadata":
-        return pb.UpdateMetadataResponse(error_code=c)
-    if api == "StopReplica":
-        return pb.StopReplicaResponse(error_code=c)
-    if api == "ControlledShutdown":
-        return pb.ControlledShutdownResponse(error_code=c)
-    raise ValueError(f"no error response for {api}")
+    """``request``'s response with ``code`` everywhere an error can be said (see the module doc): the
+    API's entry in the catalogue (``broker.network.api_catalogue``) builds it."""
+    entry = BY_NAME.get(api)
+    if entry is None:
+        raise ValueError(f"no error response for {api}")
+    return entry.error_response(request, errors.wire_code(code))
 
 
 class ByteBudget:

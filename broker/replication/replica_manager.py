@@ -109,6 +109,8 @@ class ReplicaManager:
         self.bytes_in = 0
         self.bytes_out = 0
         self.isr_expands = 0
+        # queued.max.request.bytes of produce requests from the gRPC listeners; a Kafka listener's are
+        # counted in its own memory pool instead (ctx.bytes_reserved: append_produce).
         self.produce_bytes = ByteBudget(settings.queued_max_request_bytes)
         # Producer ids are handed out in blocks recorded in ZooKeeper; a batch claiming an id beyond
         # the last block ever allocated is refused (UNKNOWN_PRODUCER_ID). Refreshed on demand.
@@ -259,7 +261,12 @@ class ReplicaManager:
         """The part of a Produce that must happen in arrival order: every partition's append. Returns
         the rest as a coroutine - the acks=all wait, then the answer - which the caller must start
         at once (await it or make it a task): it releases the request's queued.max.request.bytes.
-        A ProduceStream appends the next request while this one's acks are pending."""
+        A ProduceStream appends the next request while this one's acks are pending.
+
+        A request's record bytes are counted in one memory pool only: one that came through a
+        socket server listener (a Kafka listener: ``ctx.bytes_reserved``) is held in that
+        listener's pool from its arrival until its answer is written, so ``produce_bytes`` -
+        the pool of the gRPC listeners' produce requests - does not reserve it again."""
         acks = req.acks
         resp = pb.ProduceResponse()
         entries = [(td.name, pd.partition) for td in req.topics for pd in td.partitions]
@@ -271,7 +278,8 @@ class ReplicaManager:
         nbytes = sum(map(len, payloads))
         self.bytes_in += nbytes
         timeout_ms = min(max(req.timeout_ms, 0), self.settings.max_wait_ms)
-        if not await self.produce_bytes.acquire(nbytes, timeout_ms / 1000.0):
+        reserved = 0 if ctx.bytes_reserved else nbytes  # what this call holds of produce_bytes
+        if reserved and not await self.produce_bytes.acquire(reserved, timeout_ms / 1000.0):
             for td in req.topics:
                 tr = resp.topics.add(name=td.name)
                 for pd in td.partitions:
@@ -300,18 +308,20 @@ class ReplicaManager:
                     if item is not None:
                         pending.append(item)
         except BaseException:
-            await self.produce_bytes.release(nbytes)
+            if reserved:
+                await self.produce_bytes.release(reserved)
             raise
-        return self._complete_produce(resp, pending, timeout_ms, nbytes)
+        return self._complete_produce(resp, pending, timeout_ms, reserved)
 
     async def _complete_produce(self, resp: pb.ProduceResponse,
                                 pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]],
-                                timeout_ms: int, nbytes: int) -> pb.ProduceResponse:
+                                timeout_ms: int, reserved: int) -> pb.ProduceResponse:
         try:
             if pending:
                 await self._await_acks(pending, timeout_ms)
         finally:
-            await self.produce_bytes.release(nbytes)
+            if reserved:
+                await self.produce_bytes.release(reserved)
         return resp
 
     async def _produce_partition(self, topic: str, partition: int, records: bytes, acks: int,

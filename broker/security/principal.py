@@ -69,6 +69,9 @@ class RequestContext:
     inter_broker: bool = False
     # The principal's broker id when it is a broker.
     broker_id: int | None = None
+    # The request's bytes are held in its listener's memory pool until it is answered (a socket
+    # server listener: broker.network.socket_server): the request layer does not reserve them again.
+    bytes_reserved: bool = False
 
 
 # Requests built inside the broker, and handlers called by tests without a transport.

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from broker.log.config import MAX_MESSAGE_BYTES_LIMIT, LogConfig
+from broker.log.config import MAX_MESSAGE_BYTES_LIMIT, CleanerConfig, LogConfig, normalize_cleanup_policy
 from proto.properties import PropertiesError, parse_properties
 
 
@@ -54,6 +54,13 @@ def _nonneg(v: int) -> bool:
 
 def _pos(v: int) -> bool:
     return v > 0
+
+
+def _cleanup_policy(v: str) -> str:
+    try:
+        return normalize_cleanup_policy(v)
+    except Exception as e:
+        raise ValueError(str(e)) from None
 
 
 CONFIG_DEFS: dict[str, _Def] = {
@@ -102,6 +109,20 @@ CONFIG_DEFS: dict[str, _Def] = {
     "log.retention.hours": _Def("log_retention_hours", int, lambda v: v >= -1),
     "log.retention.bytes": _Def("log_retention_bytes", int, lambda v: v >= -1, ">= -1"),
     "log.retention.check.interval.ms": _Def("log_retention_check_interval_ms", int, _pos),
+    "log.cleanup.policy": _Def("log_cleanup_policy", _cleanup_policy),
+    "log.cleaner.enable": _Def("log_cleaner_enable", _bool),
+    "log.cleaner.threads": _Def("log_cleaner_threads", int, _nonneg, ">= 0"),
+    "log.cleaner.min.cleanable.ratio": _Def("log_cleaner_min_cleanable_ratio", float, lambda v: 0 <= v <= 1,
+                                            "between 0 and 1"),
+    "log.cleaner.delete.retention.ms": _Def("log_cleaner_delete_retention_ms", int, _nonneg, ">= 0"),
+    "log.cleaner.min.compaction.lag.ms": _Def("log_cleaner_min_compaction_lag_ms", int, _nonneg, ">= 0"),
+    "log.cleaner.max.compaction.lag.ms": _Def("log_cleaner_max_compaction_lag_ms", int, _pos, ">= 1"),
+    "log.cleaner.io.max.bytes.per.second": _Def("log_cleaner_io_max_bytes_per_second", float, _pos, "> 0"),
+    "log.cleaner.dedupe.buffer.size": _Def("log_cleaner_dedupe_buffer_size", int, lambda v: v >= 1024, ">= 1024"),
+    "log.cleaner.io.buffer.size": _Def("log_cleaner_io_buffer_size", int, lambda v: v >= 512, ">= 512"),
+    "log.cleaner.io.buffer.load.factor": _Def("log_cleaner_io_buffer_load_factor", float, lambda v: 0 < v <= 1,
+                                              "in (0, 1]"),
+    "log.cleaner.backoff.ms": _Def("log_cleaner_backoff_ms", int, _nonneg, ">= 0"),
     "log.index.interval.bytes": _Def("log_index_interval_bytes", int, _nonneg),
     "log.index.size.max.bytes": _Def("log_index_size_max_bytes", int, lambda v: v >= 8),
     "log.flush.interval.messages": _Def("log_flush_interval_messages", int, _pos),
@@ -122,6 +143,13 @@ CONFIG_DEFS: dict[str, _Def] = {
     "max.partitions.per.topic": _Def("max_partitions_per_topic", int, _pos, ">= 1"),
     "offset.metadata.max.bytes": _Def("offset_metadata_max_bytes", int, _nonneg, ">= 0"),
     "group.max.committed.partitions": _Def("group_max_committed_partitions", int, _pos, ">= 1"),
+    # Kafka's group settings: the session timeouts a member may ask for (else INVALID_SESSION_TIMEOUT)
+    # and the members a group may have (GROUP_MAX_SIZE_REACHED; Kafka's default is unbounded, SPEC S13.4
+    # bounds it).
+    "group.min.session.timeout.ms": _Def("group_min_session_timeout_ms", int, _nonneg, ">= 0"),
+    "group.max.session.timeout.ms": _Def("group_max_session_timeout_ms", int, _pos, ">= 1"),
+    "group.max.size": _Def("group_max_size", int, _pos, ">= 1"),
+    "group.initial.rebalance.delay.ms": _Def("group_initial_rebalance_delay_ms", int, _nonneg, ">= 0"),
     "fetch.purgatory.max.requests": _Def("fetch_purgatory_max_requests", int, _nonneg, ">= 0"),
     "min.segment.bytes": _Def("min_segment_bytes", int, lambda v: v >= 14, ">= 14"),
     "min.segment.ms": _Def("min_segment_ms", int, _pos, ">= 1"),
@@ -199,6 +227,18 @@ class BrokerConfig:
     log_retention_hours: int = 168
     log_retention_bytes: int = -1
     log_retention_check_interval_ms: int = 300000
+    log_cleanup_policy: str = "delete"
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_min_cleanable_ratio: float = 0.5
+    log_cleaner_delete_retention_ms: int = 86400000
+    log_cleaner_min_compaction_lag_ms: int = 0
+    log_cleaner_max_compaction_lag_ms: int = LONG_MAX
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
+    log_cleaner_io_buffer_size: int = 512 * 1024
+    log_cleaner_io_buffer_load_factor: float = 0.9
+    log_cleaner_backoff_ms: int = 15000
     log_index_interval_bytes: int = 4096
     log_index_size_max_bytes: int = 10 * 1024 * 1024
     log_flush_interval_messages: int = LONG_MAX
@@ -219,6 +259,10 @@ class BrokerConfig:
     # committed offsets for (each is a znode: SPEC S13.4).
     offset_metadata_max_bytes: int = 4096
     group_max_committed_partitions: int = 100000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+    group_max_size: int = 1000
+    group_initial_rebalance_delay_ms: int = 3000
     fetch_purgatory_max_requests: int = 500
     # Floors on segment.bytes / segment.ms that any client may set (each segment is open files).
     min_segment_bytes: int = 1048576
@@ -347,6 +391,18 @@ class BrokerConfig:
             unclean_leader_election_enable=self.unclean_leader_election_enable,
             message_timestamp_type=self.log_message_timestamp_type,
             message_timestamp_difference_max_ms=self.log_message_timestamp_difference_max_ms,
+            cleanup_policy=self.log_cleanup_policy,
+            min_cleanable_dirty_ratio=self.log_cleaner_min_cleanable_ratio,
+            min_compaction_lag_ms=self.log_cleaner_min_compaction_lag_ms,
+            max_compaction_lag_ms=self.log_cleaner_max_compaction_lag_ms,
+            delete_retention_ms=self.log_cleaner_delete_retention_ms,
+            cleaner=CleanerConfig(
+                enable=self.log_cleaner_enable, threads=self.log_cleaner_threads,
+                io_max_bytes_per_second=self.log_cleaner_io_max_bytes_per_second,
+                dedupe_buffer_size=self.log_cleaner_dedupe_buffer_size,
+                io_buffer_size=self.log_cleaner_io_buffer_size,
+                io_buffer_load_factor=self.log_cleaner_io_buffer_load_factor,
+                backoff_ms=self.log_cleaner_backoff_ms),
         )
 
 
@@ -432,6 +488,8 @@ def build_config(props: Mapping[str, str]) -> BrokerConfig:
     if not cfg.log_dir_paths:
         raise ConfigError("log.dirs is empty")
     check_listeners(cfg)
+    if cfg.group_min_session_timeout_ms > cfg.group_max_session_timeout_ms:
+        raise ConfigError("group.min.session.timeout.ms must be <= group.max.session.timeout.ms")
     try:
         cfg.default_log_config().validate()
     except Exception as e:

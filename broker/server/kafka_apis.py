@@ -3,21 +3,24 @@
 Theory of operation
 -------------------
 A request reaches a broker through one of two transports: a gRPC listener
-(``broker.server.kafka_server.KafkaApiServicer``, the project's own clients) or a Kafka
+(``broker.server.grpc_servicers``, the project's own clients and the controller) or a Kafka
 wire-protocol listener (``broker.network.kafka_listener``, librdkafka, kafka-python,
 kcat...). Each transport authenticates the caller its own way and turns the
 request into the protobuf request of ``minikafka.proto``; from there on both
 call ``KafkaApis.handle(api, request, ctx)``, which
 
 * looks the handler up by the API's name (``handlers`` below: the replica
-  manager for produce/fetch/offsets, the admin manager, the group APIs...),
+  manager for produce/fetch/offsets and the control plane, the admin manager, the
+  group APIs...; exactly the APIs of ``broker.network.api_catalogue``),
 * runs it under ``answer_typed``: whatever it raises, the caller gets the
   request's own response shape with a typed error (SPEC S13.2), never a dead
   connection or gRPC's UNKNOWN,
 * counts requests, errors, latency and record bytes in and out.
 
 So there is exactly one copy of produce, fetch, metadata and admin logic; a
-transport only translates and authenticates.
+transport only translates and authenticates. The controller's requests
+(LeaderAndIsr, UpdateMetadata, StopReplica) come through ``handle_control``, which
+admits them by the broker and controller epochs first (``broker.replication.control``).
 
 A gRPC ProduceStream, and a Kafka listener connection (``broker.network.kafka_listener``),
 carries many Produce requests in order. For them ``begin_produce`` does the ordered part of one (its appends, through the replica
@@ -33,13 +36,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from broker.network.api_catalogue import NAMES
+from broker.network.api_catalogue import api as catalogue_api
 from broker.network.request_guard import error_response
+from broker.replication.control import fence_control_request, needs_lookup
 from broker.security.principal import RequestContext
 from proto import errors
 from proto import minikafka_pb2 as pb
-from zk.client import is_zookeeper_unavailable
+from zk.client import KafkaZkClient, is_zookeeper_unavailable
 
 if TYPE_CHECKING:
     from broker.coordinator.group.group_apis import GroupApis
@@ -54,10 +61,24 @@ Q = TypeVar("Q")
 Handler = Callable[[Any, RequestContext], Awaitable[Any]]
 
 
+@dataclass(frozen=True, slots=True)
+class ControlPlane:
+    """What the control-plane APIs need of the broker: its id and current broker epoch (-1 until
+    registered), the ZooKeeper gateway (read, on a thread, only when a request's epoch is above what
+    the broker knows) and the ControlledShutdown handler (the controller's)."""
+    broker_id: int
+    broker_epoch: Callable[[], int]
+    zk: KafkaZkClient
+    controlled_shutdown: Handler
+
+
 class KafkaApis:
     def __init__(self, rm: ReplicaManager, admin: AdminManager, groups: GroupApis, metrics: RequestMetrics,
-                 handle_metadata: Handler, handle_describe_replicas: Callable[[Any, RequestContext], Any]) -> None:
+                 handle_metadata: Handler, handle_describe_replicas: Callable[[Any, RequestContext], Any],
+                 control: ControlPlane) -> None:
         self.metrics = metrics
+        self._rm = rm
+        self._control = control
         # API name -> (its latency histogram's observe, its request counter's inc): prometheus_client's
         # labels() takes a lock and builds the label key on every call, twice per request.
         self._per_api: dict[str, tuple[Callable[[float], None], Callable[[], None]]] = {}
@@ -93,11 +114,53 @@ class KafkaApis:
             "OffsetFetch": groups.offset_fetch,
             "ListGroups": groups.list_groups,
             "DescribeGroups": groups.describe_groups,
+            "DeleteGroups": groups.delete_groups,
+            "OffsetDelete": groups.offset_delete,
+            # The control plane: admitted by handle_control first.
+            "LeaderAndIsr": _sync(lambda req, _ctx: rm.handle_leader_and_isr(req)),
+            "UpdateMetadata": _sync(lambda req, _ctx: rm.handle_update_metadata(req)),
+            "StopReplica": _sync(lambda req, _ctx: rm.handle_stop_replica(req)),
+            "ControlledShutdown": control.controlled_shutdown,
         }
+        # One handler for every API of the catalogue (broker.network.api_catalogue), and no other.
+        if self.handlers.keys() != NAMES:
+            raise AssertionError(f"handlers and API catalogue differ: {sorted(self.handlers.keys() ^ NAMES)}")
 
     async def handle(self, api: str, request: Any, ctx: RequestContext) -> Any:
         """``request``'s answer from its handler, typed whatever happens, and counted."""
         return await self._answered(api, request, self.handlers[api](request, ctx), time.perf_counter())
+
+    async def handle_control(self, api: str, request: Any, ctx: RequestContext) -> Any:
+        """A control-plane request (authenticated on the control-plane listener): a request from the
+        controller (``fenced`` in the catalogue) is admitted first - sent by the broker that is the
+        controller, for this incarnation of this broker, by a controller epoch ZooKeeper has reached
+        (S12.1, S12.2) - and answered with the refusal's code otherwise; then ``handle``. A ZooKeeper
+        failure in the epochs' lookup propagates (the controller's channel retries the request)."""
+        if catalogue_api(api).fenced:
+            code = await self._admit(api, request, ctx)
+            if code != E.NONE:
+                return error_response(api, request, code)
+        return await self.handle(api, request, ctx)
+
+    async def _admit(self, api: str, request: Any, ctx: RequestContext) -> int:
+        """NONE, or the error code to refuse the controller's ``request`` with."""
+        if ctx.broker_id != request.controller_id:
+            log.warning("%s from %s claims controller %d: refused", api, ctx.principal, request.controller_id)
+            return E.CLUSTER_AUTHORIZATION_FAILED
+        # The broker and controller epochs (broker.replication.control, which the simulation runs
+        # too); ZooKeeper is read, on a thread, only when a request's epoch is above what we know.
+        control, rm = self._control, self._rm
+        zk, broker_id, broker_epoch = control.zk, control.broker_id, control.broker_epoch()
+        args = (request.broker_epoch, broker_epoch, lambda: zk.own_broker_epoch(broker_id),
+                request.controller_epoch, rm.controller_epoch,
+                lambda: (lambda c: None if c is None else c[0])(zk.get_controller_epoch()))
+        if needs_lookup(request.broker_epoch, broker_epoch, request.controller_epoch, rm.controller_epoch):
+            code = await asyncio.to_thread(fence_control_request, *args)
+        else:
+            code = fence_control_request(*args)
+        if code == E.STALE_CONTROLLER_EPOCH:
+            log.warning("%s claims controller epoch %d beyond ZooKeeper's: refused", api, request.controller_epoch)
+        return code
 
     async def begin_produce(self, request: pb.ProduceRequest, ctx: RequestContext) -> asyncio.Task[pb.ProduceResponse]:
         """Append ``request``'s batches now (in the caller's order) and return the task that answers

@@ -22,8 +22,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -35,16 +34,17 @@ from broker.coordinator.group.group_state import CoordinatorLimits
 from broker.log.manager import LogManager
 from broker.network.kafka_listener import KafkaListener, ListenerLimits
 from broker.network.replica_fetch_socket import ReplicaFetchListener
-from broker.network.request_guard import ByteBudget, error_response
-from broker.replication.control import fence_control_request, needs_lookup
+from broker.network.request_guard import ByteBudget
+from broker.network.socket_server import SocketServer
 from broker.replication.fetcher import FetcherSettings, ReplicaFetcherManager
 from broker.replication.replica_manager import BrokerSettings, ReplicaManager, now_ms
-from broker.security.gatekeeper import Gatekeeper, ListenerRole
+from broker.security.gatekeeper import Gatekeeper
 from broker.security.principal import RequestContext
 from broker.server.admin import AdminManager
 from broker.server.config import BrokerConfig
 from broker.server.dynamic_config import DynamicConfigManager
-from broker.server.kafka_apis import KafkaApis, answer_typed
+from broker.server.grpc_servicers import add_servicers
+from broker.server.kafka_apis import ControlPlane, KafkaApis
 from broker.server.metadata_apis import MetadataApis
 from broker.server.metadata_cache import MetadataCache
 from broker.server.observability import BrokerMetrics, EventBuffer
@@ -59,12 +59,6 @@ from zk.data import BrokerRegistration, Endpoint
 
 log = logging.getLogger(__name__)
 E = pb.ErrorCode
-# Unanswered Produce requests one ProduceStream may hold (its appends done, acks pending). The
-# producer keeps at most max_in_flight batches per partition out; several partitions' requests to
-# one broker fit well under this. Memory stays bounded by queued.max.request.bytes either way.
-PRODUCE_STREAM_MAX_IN_FLIGHT = 32
-R = TypeVar("R")
-Q = TypeVar("Q")
 
 
 def server_options(cfg: BrokerConfig) -> list[tuple[str, int]]:
@@ -133,6 +127,9 @@ class KafkaServer:
             control_plane_listener=cfg.control_plane_listener.name,
             channel_security=self.gate.broker_channel_security()), self.zk)
         self.group_coordinator = GroupCoordinator(self.broker_id, self.zk, self._live_broker_ids, CoordinatorLimits(
+            min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+            max_session_timeout_ms=cfg.group_max_session_timeout_ms, max_group_size=cfg.group_max_size,
+            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
             max_committed_partitions=cfg.group_max_committed_partitions,
             offset_metadata_max_bytes=cfg.offset_metadata_max_bytes))
         self.registration = BrokerRegistrationManager(
@@ -155,7 +152,9 @@ class KafkaServer:
         self.metrics = BrokerMetrics(self)
         # The one request-handling layer behind every listener, gRPC or Kafka protocol.
         self.apis = KafkaApis(self.replica_manager, self.admin, self.group_apis, self.metrics.requests,
-                              self.metadata_apis.handle_metadata, self.metadata_apis.handle_describe_replicas)
+                              self.metadata_apis.handle_metadata, self.metadata_apis.handle_describe_replicas,
+                              ControlPlane(self.broker_id, lambda: self.broker_epoch, self.zk,
+                                           self.handle_controlled_shutdown))
 
     def _live_broker_ids(self) -> list[int]:
         # Before the controller's first UpdateMetadata this broker knows only itself: no answer
@@ -193,13 +192,11 @@ class KafkaServer:
             server = grpc.aio.server(options=server_options(cfg), maximum_concurrent_rpcs=cfg.queued_max_requests)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             services = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
-            pb_grpc.add_KafkaApiServicer_to_server(KafkaApiServicer(self, role), server)  # type: ignore[no-untyped-call]
+            # KafkaApi, and BrokerControl and ControllerApi on every listener, so that a call anywhere but
+            # the control plane gets a typed refusal (CLUSTER_AUTHORIZATION_FAILED), not UNIMPLEMENTED.
+            add_servicers(server, role, self.apis, self.gate, self.metrics.requests, cfg.queued_max_requests)
             if not role.inter_broker:
                 services.append(pb.DESCRIPTOR.services_by_name["KafkaApi"].full_name)
-            # On every listener, so that a call anywhere but the control plane gets a typed refusal
-            # (CLUSTER_AUTHORIZATION_FAILED) rather than gRPC's UNIMPLEMENTED.
-            pb_grpc.add_BrokerControlServicer_to_server(BrokerControlServicer(self, role), server)  # type: ignore[no-untyped-call]
-            pb_grpc.add_ControllerApiServicer_to_server(ControllerApiServicer(self, role), server)  # type: ignore[no-untyped-call]
             if cfg.grpc_reflection_enable and not role.inter_broker:
                 reflection.enable_server_reflection([*services, reflection.SERVICE_NAME], server)
             x = role.listener
@@ -211,12 +208,19 @@ class KafkaServer:
             self.ports[x.name] = port
             await server.start()
             self.grpc_servers.append(server)
-        # The Kafka wire-protocol listeners (broker.network.kafka_listener), before registering: a broker is
-        # advertised only once every listener it names answers.
-        self.kafka_listeners: list[KafkaListener] = []
+        # The Kafka-framed listeners, each the one socket server (broker.network.socket_server) with its
+        # protocol injected - Kafka's (broker.network.kafka_listener) or the follower fetch's
+        # (broker.network.replica_fetch_socket) - before registering: a broker is advertised only
+        # once every listener it names answers.
+        self.kafka_listeners: list[SocketServer] = []
         limits = ListenerLimits(cfg.socket_request_max_bytes, cfg.connections_max_idle_ms, cfg.request_timeout_ms,
                                 cfg.max_connections, cfg.queued_max_request_bytes)
-        frame_budget = ByteBudget(cfg.queued_max_request_bytes)  # one pool for every Kafka listener
+        # The memory pools (queued.max.request.bytes each): one shared by every Kafka listener, and
+        # one of the replica fetch listener's own (below). A request is counted in one pool only: a
+        # Produce that came through a Kafka listener is held in this one until its answer is written,
+        # and the replica manager's produce pool (ReplicaManager.produce_bytes) counts only the gRPC
+        # listeners' produce requests (RequestContext.bytes_reserved).
+        frame_budget = ByteBudget(cfg.queued_max_request_bytes)
         for x in cfg.kafka_listener_list:
             kl = KafkaListener(x, self.apis, limits, frame_budget, tls=self.gate.kafka_tls(x),
                                sasl=self.gate.kafka_sasl(x), broker_prefix=cfg.broker_principal_prefix)
@@ -226,8 +230,9 @@ class KafkaServer:
         self.replica_fetch_port = 0
         self.replica_fetch_listener: ReplicaFetchListener | None = None
         if cfg.replica_fetch_listener_port >= 0:
-            # A pool of its own: clients filling the Kafka listeners' pool must not starve replication
-            # (and so every acks=all produce); Kafka serves its replication listener on its own processors.
+            # A pool of its own, deliberately: clients filling the Kafka listeners' pool must not starve
+            # replication (and so every acks=all produce); Kafka serves its replication listener on its
+            # own processors. It holds follower fetch frames only, so nothing is counted in both pools.
             rfl = ReplicaFetchListener(cfg.inter_broker_listener.host, cfg.replica_fetch_listener_port, self.apis,
                                        limits, ByteBudget(cfg.queued_max_request_bytes), self.gate.replica_fetch_tls(),
                                        cfg.broker_principal_prefix)
@@ -374,266 +379,3 @@ class KafkaServer:
         await asyncio.to_thread(self.log_manager.shutdown)
         await asyncio.to_thread(self.zk.stop)
         log.info("broker %d: shut down cleanly", self.broker_id)
-
-
-# ------------------------------------------------------------------ gRPC servicers (thin)
-
-
-class KafkaApiServicer(pb_grpc.KafkaApiServicer):
-    """KafkaApi on one listener: authenticate, then hand the request and its context to a handler."""
-
-    def __init__(self, server: KafkaServer, role: ListenerRole) -> None:
-        self.s = server
-        self.role = role
-        # A ProduceStream holds one of the listener's queued.max.requests concurrent calls for as
-        # long as its producer lives: at most half of them, so unary calls always find room.
-        self.open_produce_streams = 0
-        self.max_produce_streams = max(1, server.config.queued_max_requests // 2)
-
-    async def _authenticate(self, api: str, context: Any) -> RequestContext | errors.KafkaError:
-        try:
-            return self.s.gate.authenticate(self.role, context)
-        except errors.KafkaError as e:
-            log.info("%s refused on %s from %s: %s", api, self.role.listener.name, context.peer(), e)
-            self.s.metrics.requests.errors.labels(api, e.name).inc()
-            if isinstance(e, errors.SaslAuthenticationFailedError | errors.UnsupportedSaslMechanismError):
-                # Authentication fails the call itself, as a failed SASL handshake fails Kafka's
-                # connection: the client sees UNAUTHENTICATED carrying the typed error.
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
-            return e
-
-    async def _serve(self, api: str, request: Any, context: Any) -> Any:
-        ctx = await self._authenticate(api, context)
-        if isinstance(ctx, errors.KafkaError):
-            return error_response(api, request, ctx.code)
-        return await self.s.apis.handle(api, request, ctx)
-
-    async def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
-        return await self._serve("Metadata", request, context)  # type: ignore[no-any-return]
-
-    async def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
-        return await self._serve("Produce", request, context)  # type: ignore[no-any-return]
-
-    async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
-        api = "Fetch" if request.replica_id < 0 else "FollowerFetch"
-        return await self._serve(api, request, context)  # type: ignore[no-any-return]
-
-    async def FetchStream(self, request_iterator: AsyncIterator[pb.FetchRequest],
-                          context: Any) -> AsyncIterator[pb.FetchResponse]:
-        """Each request on the stream is a Fetch, answered in order: the principal is the stream's
-        (authenticated once, as a Kafka connection is), every other check is per request."""
-        ctx = await self._authenticate("FetchStream", context)
-        async for request in request_iterator:
-            api = "Fetch" if request.replica_id < 0 else "FollowerFetch"
-            if isinstance(ctx, errors.KafkaError):
-                yield error_response(api, request, ctx.code)
-                continue
-            yield await self.s.apis.handle(api, request, ctx)
-
-    async def ProduceStream(self, request_iterator: AsyncIterator[pb.ProduceRequest],
-                            context: Any) -> AsyncIterator[pb.ProduceResponse]:
-        """Each request on the stream is a Produce, appended in arrival order and answered in that
-        order; the next one is appended while earlier ones wait for their acks (at most
-        PRODUCE_STREAM_MAX_IN_FLIGHT unanswered: then the stream is not read, and gRPC's flow
-        control holds the producer). The principal is the stream's; every other check is per request."""
-        ctx = await self._authenticate("ProduceStream", context)
-        if self.open_produce_streams >= self.max_produce_streams:
-            # As a broker at max.connections: refused at once; the producer sends unary calls instead.
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"{self.open_produce_streams} ProduceStreams open on this listener (the most "
-                                f"queued.max.requests={self.s.config.queued_max_requests} allows): use unary Produce")
-        self.open_produce_streams += 1
-        try:
-            async for answer in self._produce_stream(request_iterator, ctx):
-                yield answer
-        finally:
-            self.open_produce_streams -= 1
-
-    async def _produce_stream(self, request_iterator: AsyncIterator[pb.ProduceRequest],
-                              ctx: RequestContext | errors.KafkaError) -> AsyncIterator[pb.ProduceResponse]:
-        loop = asyncio.get_running_loop()
-        answers: asyncio.Queue[asyncio.Future[pb.ProduceResponse] | None] = asyncio.Queue()
-        room = asyncio.Semaphore(PRODUCE_STREAM_MAX_IN_FLIGHT)
-
-        async def take_requests() -> None:
-            try:
-                async for request in request_iterator:
-                    await room.acquire()
-                    if isinstance(ctx, errors.KafkaError):
-                        refused: asyncio.Future[pb.ProduceResponse] = loop.create_future()
-                        refused.set_result(error_response("Produce", request, ctx.code))
-                        answers.put_nowait(refused)
-                    else:
-                        answers.put_nowait(await self.s.apis.begin_produce(request, ctx))
-            finally:
-                answers.put_nowait(None)
-
-        reader = loop.create_task(take_requests())
-        try:
-            while (answer := await answers.get()) is not None:
-                yield await answer
-                room.release()
-            await reader  # the client finished writing (or the read failed: raised here)
-        finally:
-            reader.cancel()  # appends already made still get their answers' tasks run to the end
-
-    async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
-        return await self._serve("ListOffsets", request, context)  # type: ignore[no-any-return]
-
-    async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
-                                    context: Any) -> pb.OffsetsForLeaderEpochResponse:
-        return await self._serve("OffsetsForLeaderEpoch", request, context)  # type: ignore[no-any-return]
-
-    async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Any) -> pb.CreateTopicsResponse:
-        return await self._serve("CreateTopics", request, context)  # type: ignore[no-any-return]
-
-    async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Any) -> pb.DeleteTopicsResponse:
-        return await self._serve("DeleteTopics", request, context)  # type: ignore[no-any-return]
-
-    async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> pb.DescribeConfigsResponse:
-        return await self._serve("DescribeConfigs", request, context)  # type: ignore[no-any-return]
-
-    async def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Any) -> pb.AlterConfigsResponse:
-        return await self._serve("AlterConfigs", request, context)  # type: ignore[no-any-return]
-
-    async def InitProducerId(self, request: pb.InitProducerIdRequest, context: Any) -> pb.InitProducerIdResponse:
-        return await self._serve("InitProducerId", request, context)  # type: ignore[no-any-return]
-
-    async def DescribeReplicas(self, request: pb.DescribeReplicasRequest,
-                               context: Any) -> pb.DescribeReplicasResponse:
-        return await self._serve("DescribeReplicas", request, context)  # type: ignore[no-any-return]
-
-    async def ElectLeaders(self, request: pb.ElectLeadersRequest, context: Any) -> pb.ElectLeadersResponse:
-        return await self._serve("ElectLeaders", request, context)  # type: ignore[no-any-return]
-
-    async def AlterPartitionReassignments(self, request: pb.AlterPartitionReassignmentsRequest,
-                                          context: Any) -> pb.AlterPartitionReassignmentsResponse:
-        return await self._serve("AlterPartitionReassignments", request, context)  # type: ignore[no-any-return]
-
-    async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
-                                         context: Any) -> pb.ListPartitionReassignmentsResponse:
-        return await self._serve("ListPartitionReassignments", request, context)  # type: ignore[no-any-return]
-
-    async def CreateAcls(self, request: pb.CreateAclsRequest, context: Any) -> pb.CreateAclsResponse:
-        return await self._serve("CreateAcls", request, context)  # type: ignore[no-any-return]
-
-    async def DescribeAcls(self, request: pb.DescribeAclsRequest, context: Any) -> pb.DescribeAclsResponse:
-        return await self._serve("DescribeAcls", request, context)  # type: ignore[no-any-return]
-
-    async def DeleteAcls(self, request: pb.DeleteAclsRequest, context: Any) -> pb.DeleteAclsResponse:
-        return await self._serve("DeleteAcls", request, context)  # type: ignore[no-any-return]
-
-    async def AlterUserScramCredentials(self, request: pb.AlterUserScramCredentialsRequest,
-                                        context: Any) -> pb.AlterUserScramCredentialsResponse:
-        return await self._serve("AlterUserScramCredentials", request, context)  # type: ignore[no-any-return]
-
-    async def DescribeUserScramCredentials(self, request: pb.DescribeUserScramCredentialsRequest,
-                                           context: Any) -> pb.DescribeUserScramCredentialsResponse:
-        return await self._serve("DescribeUserScramCredentials", request, context)  # type: ignore[no-any-return]
-
-    async def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: Any) -> pb.FindCoordinatorResponse:
-        return await self._serve("FindCoordinator", request, context)  # type: ignore[no-any-return]
-
-    async def JoinGroup(self, request: pb.JoinGroupRequest, context: Any) -> pb.JoinGroupResponse:
-        return await self._serve("JoinGroup", request, context)  # type: ignore[no-any-return]
-
-    async def SyncGroup(self, request: pb.SyncGroupRequest, context: Any) -> pb.SyncGroupResponse:
-        return await self._serve("SyncGroup", request, context)  # type: ignore[no-any-return]
-
-    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> pb.HeartbeatResponse:
-        return await self._serve("Heartbeat", request, context)  # type: ignore[no-any-return]
-
-    async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: Any) -> pb.LeaveGroupResponse:
-        return await self._serve("LeaveGroup", request, context)  # type: ignore[no-any-return]
-
-    async def OffsetCommit(self, request: pb.OffsetCommitRequest, context: Any) -> pb.OffsetCommitResponse:
-        return await self._serve("OffsetCommit", request, context)  # type: ignore[no-any-return]
-
-    async def OffsetFetch(self, request: pb.OffsetFetchRequest, context: Any) -> pb.OffsetFetchResponse:
-        return await self._serve("OffsetFetch", request, context)  # type: ignore[no-any-return]
-
-    async def ListGroups(self, request: pb.ListGroupsRequest, context: Any) -> pb.ListGroupsResponse:
-        return await self._serve("ListGroups", request, context)  # type: ignore[no-any-return]
-
-    async def DescribeGroups(self, request: pb.DescribeGroupsRequest, context: Any) -> pb.DescribeGroupsResponse:
-        return await self._serve("DescribeGroups", request, context)  # type: ignore[no-any-return]
-
-
-
-class BrokerControlServicer(pb_grpc.BrokerControlServicer):
-    """What the controller sends (SPEC S12.1): only on the control-plane listener, only from the broker
-    that is the controller, fenced by this broker's epoch (no value skips the check, S12.2) and by
-    the controller epoch (a higher one than ever seen must be ZooKeeper's)."""
-
-    def __init__(self, server: KafkaServer, role: ListenerRole) -> None:
-        self.s = server
-        self.role = role
-
-    async def _admit(self, api: str, request: Any, context: Any) -> int:
-        """NONE, or the error code to refuse ``request`` with."""
-        if not self.role.serves_control:
-            log.warning("%s from %s on the %s listener: refused (not the control plane)", api, context.peer(),
-                        self.role.listener.name)
-            return E.CLUSTER_AUTHORIZATION_FAILED
-        try:
-            ctx = self.s.gate.authenticate(self.role, context)
-        except errors.KafkaError as e:
-            return e.code
-        if ctx.broker_id != request.controller_id:
-            log.warning("%s from %s claims controller %d: refused", api, ctx.principal, request.controller_id)
-            return E.CLUSTER_AUTHORIZATION_FAILED
-        # The broker and controller epochs (broker.replication.control, which the simulation runs
-        # too); ZooKeeper is read, on a thread, only when a request's epoch is above what we know.
-        zk, broker_id = self.s.zk, self.s.broker_id
-        args = (request.broker_epoch, self.s.broker_epoch, lambda: zk.own_broker_epoch(broker_id),
-                request.controller_epoch, self.s.replica_manager.controller_epoch,
-                lambda: (lambda c: None if c is None else c[0])(zk.get_controller_epoch()))
-        if needs_lookup(request.broker_epoch, self.s.broker_epoch, request.controller_epoch,
-                        self.s.replica_manager.controller_epoch):
-            code = await asyncio.to_thread(fence_control_request, *args)
-        else:
-            code = fence_control_request(*args)
-        if code == E.STALE_CONTROLLER_EPOCH:
-            log.warning("%s claims controller epoch %d beyond ZooKeeper's: refused", api, request.controller_epoch)
-        return code
-
-    async def LeaderAndIsr(self, request: pb.LeaderAndIsrRequest, context: Any) -> pb.LeaderAndIsrResponse:
-        code = await self._admit("LeaderAndIsr", request, context)
-        if code != E.NONE:
-            return pb.LeaderAndIsrResponse(error_code=errors.wire_code(code))
-        return await answer_typed("LeaderAndIsr", _call(self.s.replica_manager.handle_leader_and_isr, request),
-                                  request)
-
-    async def UpdateMetadata(self, request: pb.UpdateMetadataRequest, context: Any) -> pb.UpdateMetadataResponse:
-        code = await self._admit("UpdateMetadata", request, context)
-        if code != E.NONE:
-            return pb.UpdateMetadataResponse(error_code=errors.wire_code(code))
-        return await answer_typed("UpdateMetadata", _call(self.s.replica_manager.handle_update_metadata, request),
-                                  request)
-
-    async def StopReplica(self, request: pb.StopReplicaRequest, context: Any) -> pb.StopReplicaResponse:
-        code = await self._admit("StopReplica", request, context)
-        if code != E.NONE:
-            return pb.StopReplicaResponse(error_code=errors.wire_code(code))
-        return await answer_typed("StopReplica", _call(self.s.replica_manager.handle_stop_replica, request),
-                                  request)
-
-
-async def _call(handler: Callable[[Q], R], request: Q) -> R:
-    return handler(request)
-
-
-class ControllerApiServicer(pb_grpc.ControllerApiServicer):
-    def __init__(self, server: KafkaServer, role: ListenerRole) -> None:
-        self.s = server
-        self.role = role
-
-    async def ControlledShutdown(self, request: pb.ControlledShutdownRequest,
-                                 context: Any) -> pb.ControlledShutdownResponse:
-        if not self.role.serves_control:
-            return pb.ControlledShutdownResponse(error_code=E.CLUSTER_AUTHORIZATION_FAILED)
-        try:
-            ctx = self.s.gate.authenticate(self.role, context)
-        except errors.KafkaError as e:
-            return pb.ControlledShutdownResponse(error_code=e.wire_code)
-        return await answer_typed("ControlledShutdown", self.s.handle_controlled_shutdown(request, ctx), request)

@@ -1,4 +1,5 @@
-"""``minikafka groups``: mirrors kafka-consumer-groups.sh (``--list/--describe/--reset-offsets``)."""
+"""``minikafka groups``: mirrors kafka-consumer-groups.sh (``--list/--describe/--reset-offsets/--delete/
+--delete-offsets``)."""
 
 from __future__ import annotations
 
@@ -37,10 +38,13 @@ def add_parser(sub: Any) -> None:
     add_connection_args(g, zookeeper_ignored=True)
     gaction = g.add_mutually_exclusive_group(required=True)
     for a, text in (("list", "list group ids"), ("describe", "a group's offsets, lag and owners"),
-                    ("reset-offsets", "move a group's committed offsets (dry run without --execute)")):
+                    ("reset-offsets", "move a group's committed offsets (dry run without --execute)"),
+                    ("delete", "delete groups without members, and their committed offsets"),
+                    ("delete-offsets", "delete a group's committed offsets of --topic (KIP-496)")):
         gaction.add_argument(f"--{a}", action="store_true", help=text)
-    g.add_argument("--group", help="the consumer group id")
-    g.add_argument("--topic", help="with --reset-offsets: the topic whose offsets move")
+    g.add_argument("--group", action="append", help="the consumer group id (repeatable with --delete)")
+    g.add_argument("--topic", help="with --reset-offsets: the topic whose offsets move; with --delete-offsets: "
+                                    "TOPIC or TOPIC:P,Q,... (every partition when none given)")
     target = g.add_mutually_exclusive_group()
     target.add_argument("--to-earliest", action="store_true", help="to each partition's log start offset")
     target.add_argument("--to-latest", action="store_true", help="to each partition's high watermark")
@@ -62,6 +66,13 @@ def cmd_groups(args: argparse.Namespace) -> int:
             return 0
         if not args.group:
             raise errors.InvalidRequestError("--group is required")
+        if args.delete:
+            return delete_groups(admin, args)
+        if len(args.group) > 1:
+            raise errors.InvalidRequestError("one --group only (several are for --delete)")
+        args.group = args.group[0]
+        if args.delete_offsets:
+            return delete_offsets(admin, args)
         if args.describe:
             rows = admin.describe_group(args.group)
             if args.output == "json":
@@ -102,3 +113,49 @@ def cmd_groups(args: argparse.Namespace) -> int:
             if not args.execute:
                 print("(dry run: add --execute to apply)")
     return 0
+
+
+def delete_groups(admin: AdminClient, args: argparse.Namespace) -> int:
+    """kafka-consumer-groups --delete: one line per group; exit 1 if any was not deleted."""
+    results = admin.delete_groups(args.group)
+    if args.output == "json":
+        print(json.dumps([{"group": g, "error": None if c == 0 else errors.for_code(c).name}
+                          for g, c in results.items()], indent=2))
+    else:
+        deleted = [g for g, c in results.items() if c == 0]
+        if deleted:
+            print("Deletion of requested consumer groups (" + ", ".join(f"'{g}'" for g in deleted)
+                  + ") was successful.")
+        for g, c in results.items():
+            if c != 0:
+                print(f"Deletion of group '{g}' failed: {errors.for_code(c).name} ({errors.for_code(c).description})",
+                      file=sys.stderr)
+    return 0 if all(c == 0 for c in results.values()) else 1
+
+
+def delete_offsets(admin: AdminClient, args: argparse.Namespace) -> int:
+    """kafka-consumer-groups --delete-offsets --group G --topic T[:P,...]: exit 1 on any error."""
+    if not args.topic:
+        raise errors.InvalidRequestError("--topic is required with --delete-offsets")
+    topic, _, parts = args.topic.partition(":")
+    if parts:
+        try:
+            partitions = [int(p) for p in parts.split(",")]
+        except ValueError:
+            raise errors.InvalidRequestError(f"--topic {args.topic!r}: expected TOPIC or TOPIC:P,Q,...") from None
+    else:
+        admin.view.refresh([topic])
+        partitions = admin.view.partitions_of(topic)
+        if not partitions:
+            raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+    code, results = admin.delete_group_offsets(args.group, [(topic, p) for p in partitions])
+    if code != 0:
+        raise errors.for_code(code)(f"deleting offsets of group {args.group!r}")
+    if args.output == "json":
+        print(json.dumps([{"topic": t, "partition": p, "error": None if c == 0 else errors.for_code(c).name}
+                          for (t, p), c in sorted(results.items())], indent=2))
+    else:
+        print(f"{'TOPIC':<20} {'PARTITION':>9}  STATUS")
+        for (t, p), c in sorted(results.items()):
+            print(f"{t:<20} {p:>9}  {'Successful' if c == 0 else 'Error: ' + errors.for_code(c).name}")
+    return 0 if all(c == 0 for c in results.values()) else 1

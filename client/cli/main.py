@@ -66,10 +66,11 @@ def validate_names(args: argparse.Namespace) -> None:
     """Every topic and group name on the command line, before anything is sent (SPEC S13.3)."""
     topic = getattr(args, "topic", None)
     if isinstance(topic, str):
-        validate_topic_name(topic)
+        # kafka-consumer-groups' TOPIC:P,Q,... (no topic name holds a ':').
+        validate_topic_name(topic.split(":", 1)[0])
     group = getattr(args, "group", None)
-    if isinstance(group, str):
-        validate_group_id(group)
+    for g in [group] if isinstance(group, str) else group if isinstance(group, list) else []:
+        validate_group_id(g)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -137,3 +137,83 @@ def test_cli_groups_from_bootstrap_only(cluster) -> None:  # type: ignore[no-unt
     r = cli("consume", "--topic", "gcli", "--group", "cli-g", "--max-messages", "6", "--timeout-ms", "10000",
             *common)
     assert r.returncode == 0 and len(r.stdout.split()) == 6, r.stderr
+
+    # Issue 30: --delete-offsets (KIP-496) and --delete (DeleteGroups), refused while a member consumes.
+    member = Consumer("gcli", bootstrap_servers=c.state.bootstrap_servers, group_id="cli-g", consumer_id="live",
+                      session_timeout_ms=10_000, heartbeat_interval_ms=200, enable_auto_commit=False)
+    stop = threading.Event()
+    poller = threading.Thread(target=lambda: [member.poll(timeout_ms=50) for _ in iter(stop.is_set, True)],
+                              daemon=True)
+    poller.start()
+    try:
+        wait_for(lambda: group_owners(c.state.bootstrap_servers, "cli-g") == {"live": 2}, timeout_s=30,
+                 what="the live member to own gcli")
+        r = cli("groups", "--delete", "--group", "cli-g", *common)
+        assert r.returncode == 1 and "NON_EMPTY_GROUP" in r.stderr, (r.stdout, r.stderr)
+        r = cli("groups", "--delete-offsets", "--group", "cli-g", "--topic", "gcli", *common)
+        assert r.returncode == 1 and r.stdout.count("GROUP_SUBSCRIBED_TO_TOPIC") == 2, (r.stdout, r.stderr)
+    finally:
+        stop.set()
+        poller.join(10)
+        member.close()  # LeaveGroup: the group is empty again
+    r = cli("groups", "--delete-offsets", "--group", "cli-g", "--topic", "gcli:0", *common)
+    assert r.returncode == 0 and "Successful" in r.stdout, (r.stdout, r.stderr)
+    r = cli("groups", "--describe", "--group", "cli-g", "--output", "json", *common)
+    current = {row["partition"]: row["current_offset"] for row in json.loads(r.stdout)}
+    assert current[0] is None and current[1] is not None, r.stdout  # only partition 1's offset is left
+    r = cli("groups", "--delete", "--group", "cli-g", *common)
+    assert r.returncode == 0 and "Deletion of requested consumer groups ('cli-g') was successful." in r.stdout, \
+        (r.stdout, r.stderr)
+    assert "cli-g" not in cli("groups", "--list", *common).stdout.split()
+    r = cli("groups", "--delete", "--group", "cli-g", *common)
+    assert r.returncode == 1 and "GROUP_ID_NOT_FOUND" in r.stderr, (r.stdout, r.stderr)
+
+
+def test_a_static_member_of_our_consumer_restarts_without_a_rebalance(cluster) -> None:  # type: ignore[no-untyped-def]
+    """KIP-345 with this project's Consumer (group_instance_id): a static member's close sends no
+    LeaveGroup, and a new consumer with the same instance id takes the old one's partitions back in
+    the same generation; the other member is never asked to rejoin."""
+    c = cluster.start(1)
+    view = cluster.view()
+    assert create_topic(view, "static", partitions=PARTS, replication_factor=1).error_code == E.NONE
+    wait_for(lambda: all(leader_of(view, "static", p)[0] >= 0 for p in range(PARTS)))
+    bootstrap = c.state.bootstrap_servers
+
+    def member(name: str) -> Consumer:
+        return Consumer("static", bootstrap_servers=bootstrap, group_id="static-group", consumer_id=name,
+                        group_instance_id=f"instance-{name}", session_timeout_ms=30_000, heartbeat_interval_ms=200)
+
+    consumers = {"a": member("a"), "b": member("b")}
+    stops = {"a": threading.Event(), "b": threading.Event()}
+
+    def run(name: str) -> None:  # each member polls in its own thread, as a join waits for the others
+        consumer = consumers[name]
+        while not stops[name].is_set():
+            consumer.poll(timeout_ms=50)
+
+    threads = {n: threading.Thread(target=run, args=(n,), daemon=True) for n in consumers}
+    for th in threads.values():
+        th.start()
+    try:
+        wait_for(lambda: group_owners(bootstrap, "static-group") == {"a": 2, "b": 2}, timeout_s=30,
+                 what="a 2/2 split of static members")
+        a, b = consumers["a"], consumers["b"]
+        assert a._group is not None and b._group is not None
+        generation, a_parts = b._group.generation_id, set(a.assignment())
+        stops["a"].set()
+        threads["a"].join(10)
+        a.close()  # no LeaveGroup: b keeps its partitions, a's wait for a's return
+        consumers["a"] = member("a")
+        stops["a"] = threading.Event()
+        threads["a"] = threading.Thread(target=run, args=("a",), daemon=True)
+        threads["a"].start()
+        wait_for(lambda: set(consumers["a"].assignment()) == a_parts, timeout_s=30,
+                 what="the restarted static member to get its old partitions back")
+        a = consumers["a"]
+        assert a._group is not None and a._group.generation_id == generation == b._group.generation_id
+        assert not b._group.rejoin_needed.is_set()
+    finally:
+        for name, consumer in consumers.items():
+            stops[name].set()
+            threads[name].join(10)
+            consumer.close()

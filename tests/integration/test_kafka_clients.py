@@ -706,6 +706,154 @@ def test_join_group_v4_plus_asks_for_a_member_id_and_fences_heartbeats(module_cl
         kafka_call(s, 13, 2, {"group_id": group, "member_id": old.member_id})
 
 
+def test_static_members_on_the_wire_kip345(module_cluster) -> None:  # type: ignore[no-untyped-def]
+    """JoinGroup v5 with a group.instance.id (issue 30, KIP-345): no MEMBER_ID_REQUIRED round; a
+    restart (a join with no member id and the same instance id) takes the old place back in the
+    same generation, and the old member id is fenced (FENCED_INSTANCE_ID) on Heartbeat, SyncGroup
+    and OffsetCommit; DescribeGroups v4 shows the instance id; LeaveGroup v3 by instance id only
+    (the admin's removal) removes the member. A session timeout below group.min.session.timeout.ms
+    is INVALID_SESSION_TIMEOUT."""
+    from kio.schema.errors import ErrorCode
+
+    bootstrap = kafka_bootstrap(module_cluster)
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    group = "raw-kip345"
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        coordinator = (lambda f: (f.host, f.port))(kafka_call(s, 10, 3, {"key": group, "key_type": 0}))
+    join = {"group_id": group, "session_timeout": 6000, "rebalance_timeout": 10000, "member_id": "",
+            "group_instance_id": "instance-1", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"\x00\x01"}]}
+    with socket.create_connection(coordinator, timeout=20) as s:
+        too_short = kafka_call(s, 11, 5, {**join, "session_timeout": 500})
+        assert too_short.error_code == ErrorCode.invalid_session_timeout
+        first = kafka_call(s, 11, 5, join)
+        assert first.error_code == ErrorCode.none, "a static member is admitted at once"
+        old_id, gen = first.member_id, first.generation_id
+        assert old_id.startswith("instance-1-") and first.leader == old_id
+        assert [(m.member_id, m.group_instance_id) for m in first.members] == [(old_id, "instance-1")]
+        synced = kafka_call(s, 14, 3, {"group_id": group, "generation_id": gen, "member_id": old_id,
+                                       "group_instance_id": "instance-1",
+                                       "assignments": [{"member_id": old_id, "assignment": b"A"}]})
+        assert synced.error_code == ErrorCode.none
+        # The member restarts: same instance id, no member id.
+        again = kafka_call(s, 11, 5, join)
+        assert again.error_code == ErrorCode.none and again.generation_id == gen
+        new_id = again.member_id
+        assert new_id != old_id and again.leader == old_id, "no rebalance: the old leader id is answered"
+        resync = kafka_call(s, 14, 3, {"group_id": group, "generation_id": gen, "member_id": new_id,
+                                       "group_instance_id": "instance-1", "assignments": []})
+        assert (resync.error_code, resync.assignment) == (ErrorCode.none, b"A")
+        beat = {"group_id": group, "generation_id": gen, "group_instance_id": "instance-1"}
+        assert kafka_call(s, 12, 3, {**beat, "member_id": new_id}).error_code == ErrorCode.none
+        assert kafka_call(s, 12, 3, {**beat, "member_id": old_id}).error_code == ErrorCode.fenced_instance_id
+        described = kafka_call(s, 15, 4, {"groups": [group], "include_authorized_operations": False})
+        assert [(m.member_id, m.group_instance_id) for m in described.groups[0].members] == [(new_id, "instance-1")]
+        left = kafka_call(s, 13, 3, {"group_id": group, "members": [{"member_id": "",
+                                                                       "group_instance_id": "instance-1"}]})
+        assert left.members[0].error_code == ErrorCode.none
+        assert kafka_call(s, 12, 3, {**beat, "member_id": new_id}).error_code == ErrorCode.unknown_member_id
+
+
+def test_a_restarted_static_librdkafka_member_causes_no_rebalance(module_cluster) -> None:  # type: ignore[no-untyped-def]
+    """KIP-345 end to end with librdkafka's group.instance.id: two static members share a topic; one
+    closes (a static member sends no LeaveGroup) and a new consumer with its instance id takes its
+    partitions back while the other member keeps its own, never revoked."""
+    bootstrap = kafka_bootstrap(module_cluster)
+    topic, group = "static-members", "static-group"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    create(admin, topic, 4)
+    revoked: dict[str, int] = {"a": 0, "b": 0}
+    assigned: dict[str, list[int]] = {}
+
+    def consumer(name: str) -> Any:
+        c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                      "group.instance.id": f"static-{name}", "session.timeout.ms": 10000,
+                                      "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest"})
+
+        def on_assign(_c: Any, parts: list[Any]) -> None:
+            assigned[name] = sorted(p.partition for p in parts)
+
+        def on_revoke(_c: Any, _parts: list[Any]) -> None:
+            revoked[name] += 1
+
+        c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+        return c
+
+    def poll_until(cs: list[Any], cond: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not cond():
+            assert time.monotonic() < deadline, f"{what} within {timeout_s}s (assigned {assigned})"
+            for c in cs:
+                c.poll(0.1)
+
+    a, b = consumer("a"), consumer("b")
+    poll_until([a, b], lambda: sorted(assigned.get("a", []) + assigned.get("b", [])) == [0, 1, 2, 3]
+               and bool(assigned.get("a")) and bool(assigned.get("b")), "both members assigned")
+    a_parts, b_parts, b_revoked = assigned["a"], assigned["b"], revoked["b"]
+    a.close()
+    del assigned["a"]
+    a2 = consumer("a")
+    try:
+        poll_until([a2, b], lambda: bool(assigned.get("a")), "the restarted static member assigned")
+        for _ in range(20):  # a further 2 s of both polling: no rebalance comes
+            a2.poll(0.05)
+            b.poll(0.05)
+        assert (assigned["a"], assigned["b"]) == (a_parts, b_parts)
+        assert revoked["b"] == b_revoked, "the other member was never revoked"
+        described = admin.describe_consumer_groups([group])[group].result(timeout=20)
+        assert sorted(m.group_instance_id for m in described.members) == ["static-a", "static-b"]
+    finally:
+        a2.close()
+        b.close()
+
+
+def test_delete_groups_and_offset_delete_on_the_kafka_listener(module_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Issue 30: OffsetDelete v0 (KIP-496) on the wire and confluent-kafka's delete_consumer_groups
+    (DeleteGroups): a group with committed offsets loses one partition's, then the whole group; an
+    unknown group is GROUP_ID_NOT_FOUND."""
+    from kio.schema.errors import ErrorCode
+
+    bootstrap = kafka_bootstrap(module_cluster)
+    topic, group = "deletable", "deletable-group"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    create(admin, topic, GROUP_PARTITIONS)
+    produce_spread(bootstrap, topic, [f"v{i}" for i in range(2 * GROUP_PARTITIONS)])  # 2 records each
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    got = 0
+    deadline = time.monotonic() + 60
+    while got < 2 * GROUP_PARTITIONS and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got += 1
+    c.commit(asynchronous=False)
+    c.close()
+    assert got == 2 * GROUP_PARTITIONS
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        coordinator = (lambda f: (f.host, f.port))(kafka_call(s, 10, 3, {"key": group, "key_type": 0}))
+    with socket.create_connection(coordinator, timeout=20) as s:
+        deleted = kafka_call(s, 47, 0, {"group_id": group, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0}]},
+            {"name": "no-such-topic", "partitions": [{"partition_index": 0}]}]})
+        assert deleted.error_code == ErrorCode.none
+        codes = {(t.name, p.partition_index): p.error_code for t in deleted.topics for p in t.partitions}
+        assert codes == {(topic, 0): ErrorCode.none, ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition}
+        fetched = kafka_call(s, 9, 5, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0, 1]}]})
+        offsets = {p.partition_index: p.committed_offset for t in fetched.topics for p in t.partitions}
+        assert offsets[0] == -1 and offsets[1] == 2
+    futures = admin.delete_consumer_groups([group, "never-was-a-group"], request_timeout=20)
+    futures[group].result(timeout=30)
+    try:
+        futures["never-was-a-group"].result(timeout=30)
+        raise AssertionError("deleting a group that never existed succeeded")
+    except confluent_kafka.KafkaException as e:
+        assert e.args[0].code() == confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND
+    listed = admin.list_consumer_groups(request_timeout=20).result(timeout=30)
+    assert group not in {g.group_id for g in listed.valid}
+
+
 def test_consumer_fetch_sessions_on_the_kafka_listener(module_cluster) -> None:  # type: ignore[no-untyped-def]
     """KIP-227 as the Java consumer uses it (Fetch v7+, SPEC S15): epoch 0 opens a session and gets
     every partition; incremental fetches get only partitions that moved, and a parked one wakes on

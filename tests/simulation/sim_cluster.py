@@ -373,7 +373,7 @@ class SimBroker:
         raise AssertionError(msg.kind)
 
     def _fence(self, req: Any) -> int:
-        """BrokerControlServicer._admit's epoch checks, then ReplicaManager's controller epoch: the
+        """KafkaApis._admit's epoch checks, then ReplicaManager's controller epoch: the
         broker's own functions (broker.replication.control)."""
         gw = self.gw
         assert gw is not None

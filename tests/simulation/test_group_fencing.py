@@ -103,6 +103,7 @@ from broker.coordinator.group.group_state import (
     SYNC,
     UNKNOWN_MEMBER_ID,
     Completion,
+    CoordinatorLimits,
     OffsetAndMetadata,
     SyncGroupResult,
     coordinator_for,
@@ -125,6 +126,8 @@ TPS = [(TOPIC, p) for p in range(PARTITIONS)]
 STEP_MS = 100
 ZK_SESSION_MS = 2000
 MEMBER_SESSION_MS = 1500
+# Members' sessions below Kafka's group.min.session.timeout.ms (6000), as the test brokers allow.
+SHORT_SESSIONS = CoordinatorLimits(min_session_timeout_ms=1000)
 REBALANCE_MS = 1500
 HEARTBEAT_MS = 300
 REQUEST_TIMEOUT_MS = 1000
@@ -282,7 +285,7 @@ class SimBroker:
         self.view = []
         self.locks = {}
         coord = GroupCoordinator(self.id, KafkaZkClient.over(self.client), lambda: list(self.view),
-                                 clock=self.clock, offload=self.offload)
+                                 limits=SHORT_SESSIONS, clock=self.clock, offload=self.offload)
         self._spy(coord)
         self.coord = coord
         coord.start()
@@ -1123,7 +1126,7 @@ def test_issue27_resumed_coordinator_never_serves_its_old_offsets(first: str, no
             clients[n].start()
             clients[n].create(f"/brokers/ids/{n}", b"{}", ephemeral=True, makepath=True)
             coords[n] = GroupCoordinator(n, KafkaZkClient.over(clients[n]), views[n].copy,
-                                         clock=lambda: clock[0], offload=direct)
+                                         limits=SHORT_SESSIONS, clock=lambda: clock[0], offload=direct)
         group = next(f"g{i}" for i in range(1000)
                      if coordinator_for(f"g{i}", [1, 2, 3]) == 1 and coordinator_for(f"g{i}", [2, 3]) == 2)
         a, b = coords[1], coords[2]
@@ -1212,8 +1215,8 @@ def broker_over(zk: SimZooKeeper, broker_id: int, view: list[int], clock: list[i
                        auto_renew_session=True)
     client.start()
     client.create(f"/brokers/ids/{broker_id}", b"{}", ephemeral=True, makepath=True)
-    coord = GroupCoordinator(broker_id, KafkaZkClient.over(client), lambda: list(view), clock=lambda: clock[0],
-                             offload=offload)
+    coord = GroupCoordinator(broker_id, KafkaZkClient.over(client), lambda: list(view), limits=SHORT_SESSIONS,
+                             clock=lambda: clock[0], offload=offload)
     return coord, client
 
 

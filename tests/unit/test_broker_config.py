@@ -82,3 +82,16 @@ def test_properties_parser() -> None:
     assert parse_listener("127.0.0.1:0") == ("127.0.0.1", 0)
     with pytest.raises(ConfigError):
         load_config(Path("/nonexistent/server.properties"), [])
+
+
+def test_group_settings_have_kafkas_names_and_defaults() -> None:
+    """group.min/max.session.timeout.ms, group.max.size, group.initial.rebalance.delay.ms (issue 30/34)."""
+    base = BASE
+    cfg = build_config(base)
+    assert (cfg.group_min_session_timeout_ms, cfg.group_max_session_timeout_ms) == (6000, 1800000)
+    assert cfg.group_initial_rebalance_delay_ms == 3000
+    cfg = build_config({**base, "group.min.session.timeout.ms": "1000", "group.initial.rebalance.delay.ms": "0",
+                        "group.max.size": "50"})
+    assert (cfg.group_min_session_timeout_ms, cfg.group_initial_rebalance_delay_ms, cfg.group_max_size) == (1000, 0, 50)
+    with pytest.raises(ConfigError, match=r"group\.min\.session\.timeout\.ms"):
+        build_config({**base, "group.min.session.timeout.ms": "7000", "group.max.session.timeout.ms": "6000"})

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from broker.coordinator.group.group_coordinator import GroupCoordinator
-from broker.coordinator.group.group_state import NONE, OffsetAndMetadata, coordinator_for
+from broker.coordinator.group.group_state import NONE, CoordinatorLimits, OffsetAndMetadata, coordinator_for
 from client.consumer import range_assignment
 from client.group_client import (
     decode_assignment,
@@ -74,7 +74,8 @@ def sim_gateway(*broker_ids: int) -> KafkaZkClient:
 
 
 def coordinator(zk: KafkaZkClient, brokers: list[int], clock: list[int], broker_id: int = 1) -> GroupCoordinator:
-    return GroupCoordinator(broker_id, zk, lambda: brokers, clock=lambda: clock[0], offload=direct)
+    return GroupCoordinator(broker_id, zk, lambda: brokers, CoordinatorLimits(min_session_timeout_ms=1000),
+                            clock=lambda: clock[0], offload=direct)
 
 
 def test_shell_parks_joins_and_commits_through_zookeeper() -> None:

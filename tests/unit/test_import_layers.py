@@ -1,6 +1,7 @@
 """No import circles among the project's modules, and the layers as the guide draws them (issue 28):
 ``proto`` (the wire) imports none of zk, broker, controller or client; ``zk`` (the ZooKeeper gateway)
-imports only the wire; the controller (which runs inside a broker) imports nothing of the broker; the client library imports
+imports only the wire; the controller (which runs inside a broker) imports nothing of the broker; the network layer
+(``broker.network``) imports nothing of the API layer (``broker.server``, ``broker.replication``, ``broker.coordinator``); the client library imports
 neither broker nor controller (its tools may: ``client.cli`` starts brokers, ``client.ops`` runs
 local clusters and storage demos). Imports under ``if TYPE_CHECKING:`` count (a circle there is still a
 circle in the design); imports inside functions do not (they are the deliberate way out)."""
@@ -107,3 +108,23 @@ def test_layers() -> None:
                    or (m.startswith("client") and not m.startswith(("client.cli", "client.ops"))
                        and t.split(".")[0] in ("broker", "controller")))
     assert wrong == []
+
+
+# The API layer, which the network layer gets injected (a socket server's frame handler, the request
+# layer behind a protocol) and never imports.
+API_LAYER = ("broker.server", "broker.replication", "broker.coordinator")
+
+
+def _network_reaches_the_api_layer(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((m, t) for m, targets in graph.items() if m == "broker.network" or m.startswith("broker.network.")
+                  for t in targets if t in API_LAYER or t.startswith(tuple(f"{p}." for p in API_LAYER)))
+
+
+def test_the_network_layer_imports_nothing_of_the_api_layer() -> None:
+    """broker.network (the socket server, the wire codecs, the protocols on it) imports nothing of
+    broker.server, broker.replication or broker.coordinator (issue 28: listeners get a handler injected)."""
+    assert _network_reaches_the_api_layer(_graph()) == []
+    assert _network_reaches_the_api_layer({"broker.network.x": {"broker.server.kafka_apis"},
+                                           "broker.network": {"broker.replication"},
+                                           "broker.networking": {"broker.server"}}) \
+        == [("broker.network", "broker.replication"), ("broker.network.x", "broker.server.kafka_apis")]

@@ -16,20 +16,12 @@ from kio.schema.errors import ErrorCode
 
 from broker.log.config import TOPIC_CONFIG_NAMES
 from broker.network import kafka_wire as kw
+from broker.network.api_catalogue import APIS
 from broker.security import kafka_sasl
 from proto import minikafka_pb2 as pb
 
-ANSWERS: dict[str, Any] = {
-    "Produce": pb.ProduceResponse, "Fetch": pb.FetchResponse, "ListOffsets": pb.ListOffsetsResponse,
-    "Metadata": pb.MetadataResponse, "OffsetCommit": pb.OffsetCommitResponse,
-    "OffsetFetch": pb.OffsetFetchResponse, "FindCoordinator": pb.FindCoordinatorResponse,
-    "JoinGroup": pb.JoinGroupResponse, "Heartbeat": pb.HeartbeatResponse, "LeaveGroup": pb.LeaveGroupResponse,
-    "SyncGroup": pb.SyncGroupResponse, "DescribeGroups": pb.DescribeGroupsResponse,
-    "ListGroups": pb.ListGroupsResponse, "CreateTopics": pb.CreateTopicsResponse,
-    "DeleteTopics": pb.DeleteTopicsResponse, "InitProducerId": pb.InitProducerIdResponse,
-    "OffsetsForLeaderEpoch": pb.OffsetsForLeaderEpochResponse, "DescribeConfigs": pb.DescribeConfigsResponse,
-    "AlterConfigs": pb.AlterConfigsResponse,
-}
+# Each API's response type, from the one catalogue (issue 28).
+ANSWERS: dict[str, Any] = {a.name: a.response for a in APIS}
 
 EVERY_VERSION = [(k, v) for k, (_n, lo, hi) in sorted(kw.SUPPORTED.items()) for v in range(lo, hi + 1)]
 

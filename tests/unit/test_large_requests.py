@@ -596,7 +596,7 @@ class _Coordinator:
         self.committed: dict[tuple[str, int], OffsetAndMetadata] = {}
 
     async def commit_offsets(self, _g: str, _gen: int, _m: str,
-                             wanted: dict[tuple[str, int], OffsetAndMetadata]) -> dict[tuple[str, int], int]:
+                             wanted: dict[tuple[str, int], OffsetAndMetadata], _instance: str = "") -> dict[tuple[str, int], int]:
         self.committed = dict(wanted)
         return {tp: errors.OffsetMetadataTooLargeError.code for tp, om in wanted.items() if len(om.metadata) > 3}
 

@@ -86,10 +86,13 @@ class GroupApis:
             return pb.JoinGroupResponse(error_code=E.INVALID_REQUEST, generation_id=-1)
         r = await self.c.join_group(req.group_id, req.member_id, req.client_id, ctx.host, req.protocol_type,
                                     [(p.name, p.metadata) for p in req.protocols], req.session_timeout_ms,
-                                    req.rebalance_timeout_ms, req.require_known_member_id)
+                                    req.rebalance_timeout_ms, req.require_known_member_id, req.group_instance_id)
+        instance_ids = dict(r.instance_ids)
         return pb.JoinGroupResponse(error_code=_w(r.error_code), generation_id=r.generation_id,
                                     protocol_name=r.protocol_name, leader=r.leader_id, member_id=r.member_id,
-                                    members=[pb.JoinGroupMember(member_id=m, metadata=md) for m, md in r.members])
+                                    members=[pb.JoinGroupMember(member_id=m, metadata=md,
+                                                                group_instance_id=instance_ids.get(m, ""))
+                                             for m, md in r.members])
 
     async def sync_group(self, req: pb.SyncGroupRequest, ctx: RequestContext) -> pb.SyncGroupResponse:
         if not self._group_allowed(ctx, "SyncGroup", req.group_id):
@@ -97,19 +100,20 @@ class GroupApis:
         if sum(len(a.assignment) for a in req.assignments) > MAX_METADATA_BYTES * 4:
             return pb.SyncGroupResponse(error_code=E.INVALID_REQUEST)
         r = await self.c.sync_group(req.group_id, req.generation_id, req.member_id,
-                                    {a.member_id: a.assignment for a in req.assignments})
+                                    {a.member_id: a.assignment for a in req.assignments}, req.group_instance_id)
         return pb.SyncGroupResponse(error_code=_w(r.error_code), assignment=r.assignment)
 
     async def heartbeat(self, req: pb.HeartbeatRequest, ctx: RequestContext) -> pb.HeartbeatResponse:
         if not self._group_allowed(ctx, "Heartbeat", req.group_id):
             return pb.HeartbeatResponse(error_code=GROUP_AUTH)
         return pb.HeartbeatResponse(error_code=_w(await self.c.heartbeat(req.group_id, req.generation_id,
-                                                                         req.member_id)))
+                                                                         req.member_id, req.group_instance_id)))
 
     async def leave_group(self, req: pb.LeaveGroupRequest, ctx: RequestContext) -> pb.LeaveGroupResponse:
         if not self._group_allowed(ctx, "LeaveGroup", req.group_id):
             return pb.LeaveGroupResponse(error_code=GROUP_AUTH)
-        return pb.LeaveGroupResponse(error_code=_w(await self.c.leave_group(req.group_id, req.member_id)))
+        return pb.LeaveGroupResponse(error_code=_w(await self.c.leave_group(req.group_id, req.member_id,
+                                                                            req.group_instance_id)))
 
     async def offset_commit(self, req: pb.OffsetCommitRequest, ctx: RequestContext) -> pb.OffsetCommitResponse:
         count = sum(len(t.partitions) for t in req.topics)
@@ -141,7 +145,8 @@ class GroupApis:
                 if i % ANSWER_SLICE == 0:
                     await asyncio.sleep(0)
         if wanted:
-            codes.update(await self.c.commit_offsets(req.group_id, req.generation_id, req.member_id, wanted))
+            codes.update(await self.c.commit_offsets(req.group_id, req.generation_id, req.member_id, wanted,
+                                                     req.group_instance_id))
         resp = pb.OffsetCommitResponse()
         i = 0
         for t in req.topics:
@@ -207,5 +212,50 @@ class GroupApis:
                                 protocol_type=d.protocol_type, protocol_data=d.protocol)
             for m in d.members:
                 g.members.add(member_id=m.member_id, client_id=m.client_id, client_host=m.client_host,
-                              member_metadata=m.metadata, member_assignment=m.assignment)
+                              member_metadata=m.metadata, member_assignment=m.assignment,
+                              group_instance_id=m.group_instance_id)
+        return resp
+
+    async def delete_groups(self, req: pb.DeleteGroupsRequest, ctx: RequestContext) -> pb.DeleteGroupsResponse:
+        """Kafka's DeleteGroups: Delete on each group (GROUP_AUTHORIZATION_FAILED), then the coordinator's
+        verdict per group. At most max.request.partitions groups are handled (the rest INVALID_REQUEST)."""
+        resp = pb.DeleteGroupsResponse()
+        for i, group_id in enumerate(req.groups):
+            if i >= self.max_partitions:
+                code = E.INVALID_REQUEST
+            elif not self._group_allowed(ctx, "DeleteGroups", group_id):
+                code = GROUP_AUTH
+            else:
+                code = _w(await self.c.delete_group(group_id))
+            resp.results.add(group_id=group_id, error_code=code)
+        return resp
+
+    async def offset_delete(self, req: pb.OffsetDeleteRequest, ctx: RequestContext) -> pb.OffsetDeleteResponse:
+        """Kafka's OffsetDelete (KIP-496): Delete on the group, Read on each topic; unknown partitions
+        are UNKNOWN_TOPIC_OR_PARTITION; the coordinator decides the rest (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        count = sum(len(t.partitions) for t in req.topics)
+        if count > self.max_partitions:
+            return pb.OffsetDeleteResponse(error_code=E.INVALID_REQUEST)
+        if not self._group_allowed(ctx, "OffsetDelete", req.group_id):
+            return pb.OffsetDeleteResponse(error_code=GROUP_AUTH)
+        codes: dict[tuple[str, int], int] = {}
+        wanted: list[tuple[str, int]] = []
+        for t in req.topics:
+            topic_ok = self.gate.allowed(ctx, "Read", TOPIC, t.name)
+            for p in t.partitions:
+                if not topic_ok:
+                    codes[(t.name, p)] = errors.TopicAuthorizationFailedError.code
+                elif not self.partition_exists(t.name, p):
+                    codes[(t.name, p)] = errors.UnknownTopicOrPartitionError.code
+                else:
+                    wanted.append((t.name, p))
+        code, verdicts = await self.c.delete_offsets(req.group_id, wanted)
+        if code != E.NONE:
+            return pb.OffsetDeleteResponse(error_code=_w(code))
+        codes.update(verdicts)
+        resp = pb.OffsetDeleteResponse()
+        for t in req.topics:
+            rt = resp.topics.add(name=t.name)
+            for p in t.partitions:
+                rt.partitions.add(partition=p, error_code=_w(codes.get((t.name, p), E.NONE)))
         return resp

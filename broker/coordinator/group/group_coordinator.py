@@ -102,6 +102,7 @@ log = logging.getLogger(__name__)
 
 NOT_COORDINATOR: Final = errors.NotCoordinatorError.code
 COORDINATOR_NOT_AVAILABLE: Final = errors.CoordinatorNotAvailableError.code
+GROUP_ID_NOT_FOUND: Final = errors.GroupIdNotFoundError.code
 INVALID_GROUP_ID: Final = errors.InvalidGroupIdError.code
 
 # Kafka's authorizer operations per group API (resource Group; OffsetCommit/OffsetFetch also
@@ -109,6 +110,7 @@ INVALID_GROUP_ID: Final = errors.InvalidGroupIdError.code
 GROUP_OPERATIONS: Final = {
     "FindCoordinator": "Describe", "JoinGroup": "Read", "SyncGroup": "Read", "Heartbeat": "Read",
     "LeaveGroup": "Read", "OffsetCommit": "Read", "OffsetFetch": "Describe", "DescribeGroups": "Describe",
+    "DeleteGroups": "Delete", "OffsetDelete": "Delete",
 }
 
 
@@ -160,6 +162,14 @@ class GroupOwnership:
 
     def still_owner(self, lease: GroupLease) -> bool:
         return self.zk.group_lease_valid(lease)
+
+    def delete_group(self, lease: GroupLease) -> None:
+        """Raises NotCoordinatorError when fenced."""
+        self.zk.delete_group(lease)
+
+    def delete_offsets(self, lease: GroupLease, partitions: list[tuple[str, int]]) -> None:
+        """Raises NotCoordinatorError when fenced."""
+        self.zk.delete_group_offsets(lease, partitions)
 
 
 class GroupCoordinator:
@@ -375,14 +385,16 @@ class GroupCoordinator:
 
     async def join_group(self, group_id: str, member_id: str, client_id: str, client_host: str,
                          protocol_type: str, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
-                         rebalance_timeout_ms: int, require_known_member_id: bool = False) -> JoinGroupResult:
+                         rebalance_timeout_ms: int, require_known_member_id: bool = False,
+                         group_instance_id: str = "") -> JoinGroupResult:
         code = await self._admit(group_id)
         if code != NONE:
             return JoinGroupResult(code, member_id=member_id)
-        new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        # Kafka names a static member's ids after its instance id (KIP-345), a dynamic one's after its client.
+        new_id = f"{group_instance_id or client_id or 'member'}-{uuid.uuid4()}"
         answer, done = self.core.join(group_id, member_id, new_id, client_id, client_host, protocol_type,
                                       protocols, session_timeout_ms, rebalance_timeout_ms, self.clock(),
-                                      require_known_member_id)
+                                      require_known_member_id, group_instance_id)
         # The superseded answer of a retried join is for the old future: dispatch before parking.
         self._dispatch(done)
         if answer is not None:
@@ -392,11 +404,12 @@ class GroupCoordinator:
         return result
 
     async def sync_group(self, group_id: str, generation_id: int, member_id: str,
-                         assignments: dict[str, bytes]) -> SyncGroupResult:
+                         assignments: dict[str, bytes], group_instance_id: str = "") -> SyncGroupResult:
         code = await self._admit(group_id)
         if code != NONE:
             return SyncGroupResult(code)
-        answer, done = self.core.sync(group_id, generation_id, member_id, assignments, self.clock())
+        answer, done = self.core.sync(group_id, generation_id, member_id, assignments, self.clock(),
+                                      group_instance_id)
         if answer is not None and answer.error_code == NONE:
             # The leader's assignment completed the generation (``done`` holds the followers'
             # answers), or a member of a Stable group asks again: nobody receives an assignment
@@ -412,25 +425,27 @@ class GroupCoordinator:
         assert isinstance(result, SyncGroupResult)
         return result
 
-    async def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> int:
+    async def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str = "") -> int:
         code = await self._admit(group_id)
-        return code if code != NONE else self.core.heartbeat(group_id, generation_id, member_id, self.clock())
+        return code if code != NONE else self.core.heartbeat(group_id, generation_id, member_id, self.clock(),
+                                                             group_instance_id)
 
-    async def leave_group(self, group_id: str, member_id: str) -> int:
+    async def leave_group(self, group_id: str, member_id: str, group_instance_id: str = "") -> int:
         code = await self._admit(group_id)
         if code != NONE:
             return code
-        code, done = self.core.leave(group_id, member_id, self.clock())
+        code, done = self.core.leave(group_id, member_id, self.clock(), group_instance_id)
         self._dispatch(done)
         return code
 
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
-                             offsets: dict[tuple[str, int], OffsetAndMetadata]) -> dict[tuple[str, int], int]:
+                             offsets: dict[tuple[str, int], OffsetAndMetadata],
+                             group_instance_id: str = "") -> dict[tuple[str, int], int]:
         """Validated per partition (see ``GroupStateMachine.check_commit_entry``; the caller has
         refused unknown topics and partitions), then written in one fenced multi-op: all or none."""
         code = await self._admit(group_id)
         if code == NONE:
-            code = self.core.commit_offsets(group_id, generation_id, member_id)
+            code = self.core.commit_offsets(group_id, generation_id, member_id, group_instance_id)
         if code != NONE:
             return {tp: code for tp in offsets}
         result: dict[tuple[str, int], int] = {}
@@ -491,6 +506,65 @@ class GroupCoordinator:
             if not self._same_claim(group_id, lease):
                 return NOT_COORDINATOR, {}  # unloaded while confirming: the cache is gone, not empty
             return NONE, self.core.fetch_offsets(group_id, partitions)
+
+    async def delete_group(self, group_id: str) -> int:
+        """DeleteGroups for one group: GROUP_ID_NOT_FOUND for a group that never existed,
+        NON_EMPTY_GROUP while it has members; else its offsets and fence are deleted under the lease
+        and it is unloaded (a later join makes a new group, generations from 1)."""
+        code = await self._admit_read(group_id)
+        if code is None:
+            return GROUP_ID_NOT_FOUND
+        if code != NONE:
+            return code
+        async with self._lease_lock(group_id):
+            lease = self.leases.get(group_id)
+            if lease is None or not self.core.is_loaded(group_id):
+                return NOT_COORDINATOR
+            code = self.core.check_delete_group(group_id)
+            if code != NONE:
+                return code
+            try:
+                await self.offload(self.ownership.delete_group, lease)
+            except errors.NotCoordinatorError:
+                self._fenced(group_id, lease)
+                return NOT_COORDINATOR
+            except Exception as e:
+                log.warning("group %s: cannot delete it: %s", group_id, e)
+                return COORDINATOR_NOT_AVAILABLE
+            if self._same_claim(group_id, lease):
+                self._unload(group_id)
+            log.info("group %s: deleted", group_id)
+            return NONE
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                             ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (KIP-496): (group error, code per partition); see
+        ``GroupStateMachine.check_delete_offsets``. The caller has judged topics (ACLs, existence)."""
+        code = await self._admit_read(group_id)
+        if code is None:
+            return GROUP_ID_NOT_FOUND, {}
+        if code != NONE:
+            return code, {}
+        async with self._lease_lock(group_id):
+            lease = self.leases.get(group_id)
+            if lease is None or not self.core.is_loaded(group_id):
+                return NOT_COORDINATOR, {}
+            code, verdicts = self.core.check_delete_offsets(group_id, partitions)
+            if code != NONE:
+                return code, {}
+            doomed = sorted(self.core.stored_partitions(group_id, [tp for tp, c in verdicts.items() if c == NONE]))
+            if doomed:
+                try:
+                    await self.offload(self.ownership.delete_offsets, lease, doomed)
+                except errors.NotCoordinatorError:
+                    self._fenced(group_id, lease)
+                    return NOT_COORDINATOR, {}
+                except Exception as e:
+                    log.warning("group %s: cannot delete offsets: %s", group_id, e)
+                    return COORDINATOR_NOT_AVAILABLE, {}
+                if self._same_claim(group_id, lease):
+                    self.core.offsets_deleted(group_id, doomed)
+            return NONE, verdicts
 
     async def list_groups(self) -> tuple[int, list[tuple[str, str]]]:
         """Groups this broker coordinates: loaded ones and those with offsets in ZooKeeper."""

@@ -25,11 +25,22 @@ A group moves through Kafka's states::
   previous leader if it rejoined) becomes leader and alone receives every
   member's subscription metadata; the protocol is the first of the leader's
   that every member supports.
+* Initial rebalance delay (Kafka's ``group.initial.rebalance.delay.ms``, InitialDelayedJoin): the
+  first join of an Empty group does not complete at once but after the delay, extended by another
+  delay (within the rebalance timeout) each time new members joined meanwhile - so that members
+  started together get one generation, not one each.
 * Sync barrier: followers' SyncGroup waits until the leader's SyncGroup brings
   the assignment of every member; then all get theirs and the group is Stable.
 * Member ids (KIP-394): a JoinGroup v4+ without a member id is answered
   MEMBER_ID_REQUIRED with a fresh id, kept pending (it holds the join barrier)
   until the member joins with it or its session timeout passes.
+* Static membership (KIP-345): a member that joins with a ``group_instance_id`` is static. It
+  skips MEMBER_ID_REQUIRED; when it restarts and joins again without a member id, it takes the
+  place of its old member id (which is fenced: FENCED_INSTANCE_ID on anything it sends later,
+  parked requests included). In Stable, with a protocol that leaves the group's choice unchanged,
+  that rejoin answers at once with the current generation and the old leader id - no rebalance,
+  the member's SyncGroup gets its old assignment; in CompletingRebalance it starts a rebalance
+  (the leader may be assigning the old id). Kafka's ``updateStaticMemberAndRebalance``.
 * Liveness: a member is alive while it heartbeats within its session timeout
   (a heartbeat of the current generation only); a member parked in JoinGroup is
   kept alive (its answer is what it waits for). Heartbeats answer
@@ -65,6 +76,10 @@ REBALANCE_IN_PROGRESS: Final = errors.RebalanceInProgressError.code
 INCONSISTENT_GROUP_PROTOCOL: Final = errors.InconsistentGroupProtocolError.code
 INVALID_SESSION_TIMEOUT: Final = errors.InvalidSessionTimeoutError.code
 MEMBER_ID_REQUIRED: Final = errors.MemberIdRequiredError.code
+FENCED_INSTANCE_ID: Final = errors.FencedInstanceIdError.code
+NON_EMPTY_GROUP: Final = errors.NonEmptyGroupError.code
+GROUP_SUBSCRIBED_TO_TOPIC: Final = errors.GroupSubscribedToTopicError.code
+CONSUMER_PROTOCOL: Final = "consumer"
 
 JOIN: Final = "join"
 SYNC: Final = "sync"
@@ -83,6 +98,7 @@ class MemberMetadata:
     assignment: bytes = b""
     awaiting_join: bool = False
     awaiting_sync: bool = False
+    group_instance_id: str = ""  # KIP-345: non-empty for a static member
 
     def metadata(self, protocol: str) -> bytes:
         return next((m for name, m in self.protocols if name == protocol), b"")
@@ -107,6 +123,8 @@ class JoinGroupResult:
     member_id: str = ""
     # (member id, metadata) of every member: only in the leader's answer.
     members: tuple[tuple[str, bytes], ...] = ()
+    # The static members' instance ids, by member id (KIP-345; in the leader's answer, JoinGroup v5+).
+    instance_ids: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,7 @@ class MemberDescription:
     client_host: str
     metadata: bytes
     assignment: bytes
+    group_instance_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -155,25 +174,36 @@ class GroupMetadata:
     # Join order: the first joined member leads a new generation.
     join_order: list[str] = field(default_factory=list)
     rebalance_deadline_ms: int = 0
+    # group.initial.rebalance.delay.ms: no join completes before this (0: no delay running); what is
+    # left of the rebalance timeout for extending it; whether a new member joined since it was set.
+    initial_delay_until_ms: int = 0
+    initial_delay_remaining_ms: int = 0
+    new_member_added: bool = False
     # KIP-394: ids handed out with MEMBER_ID_REQUIRED, not yet joined with -> when they expire
     # (the session timeout of the join that asked). They hold the join barrier as members do.
     pending_members: dict[str, int] = field(default_factory=dict)
+    # KIP-345: group.instance.id -> the member id that holds it now.
+    static_members: dict[str, str] = field(default_factory=dict)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
 
     def describe(self) -> GroupDescription:
         return GroupDescription(self.group_id, self.state, self.protocol_type,
                                 self.protocol if self.state in (STABLE, COMPLETING_REBALANCE) else "",
                                 tuple(MemberDescription(m.member_id, m.client_id, m.client_host,
-                                                        m.metadata(self.protocol), m.assignment)
+                                                        m.metadata(self.protocol), m.assignment,
+                                                        m.group_instance_id)
                                       for m in sorted(self.members.values(), key=lambda m: m.member_id)))
 
 
 @dataclass(frozen=True)
 class CoordinatorLimits:
     """Kafka's group.min/max.session.timeout.ms and group.max.size (SPEC S13.4: bounded)."""
-    min_session_timeout_ms: int = 1000
-    max_session_timeout_ms: int = 300_000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
     max_group_size: int = 1000
+    # Kafka's group.initial.rebalance.delay.ms is 3000 and the broker passes its config; the core's
+    # default of 0 (as Kafka's own test brokers set it) keeps a join's completion immediate.
+    initial_rebalance_delay_ms: int = 0
     # Partitions one group may hold committed offsets for (each is a znode), and the bytes of one
     # commit's metadata string (Kafka's offset.metadata.max.bytes).
     max_committed_partitions: int = 100_000
@@ -231,7 +261,7 @@ class GroupStateMachine:
     def join(self, group_id: str, member_id: str, new_member_id: str, client_id: str, client_host: str,
              protocol_type: str, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
              rebalance_timeout_ms: int, now_ms: int, require_known_member_id: bool = False,
-             ) -> tuple[JoinGroupResult | None, list[Completion]]:
+             group_instance_id: str = "") -> tuple[JoinGroupResult | None, list[Completion]]:
         """None as the answer: the member is parked until a completion carries its JoinGroupResult.
 
         ``require_known_member_id`` (JoinGroup v4+, KIP-394): a join without a member id is not
@@ -252,6 +282,13 @@ class GroupStateMachine:
         rebalance_timeout_ms = max(rebalance_timeout_ms, session_timeout_ms) if rebalance_timeout_ms <= 0 \
             else rebalance_timeout_ms
         out: list[Completion] = []
+        if group_instance_id:
+            holder = g.static_members.get(group_instance_id)
+            if not member_id and holder is not None:
+                return self._rejoin_static(g, holder, new_member_id, group_instance_id, client_id, client_host,
+                                           protocols, session_timeout_ms, rebalance_timeout_ms, now_ms)
+            if member_id and holder is not None and holder != member_id:
+                return JoinGroupResult(FENCED_INSTANCE_ID, member_id=member_id), []
         if member_id in g.pending_members:
             del g.pending_members[member_id]  # the id handed out with MEMBER_ID_REQUIRED: admitted now
         elif member_id and member_id not in g.members:
@@ -260,16 +297,26 @@ class GroupStateMachine:
             # Pending ids count: they are members in the making, and the group's size is bounded.
             if len(g.members) + len(g.pending_members) >= lim.max_group_size:
                 return JoinGroupResult(errors.GroupMaxSizeReachedError.code), []
-            if require_known_member_id:
+            if require_known_member_id and not group_instance_id:  # static members skip it (KIP-345)
                 g.pending_members[new_member_id] = now_ms + session_timeout_ms
                 return JoinGroupResult(MEMBER_ID_REQUIRED, member_id=new_member_id), []
             member_id = new_member_id
         if member_id not in g.members:
             m = MemberMetadata(member_id, client_id, client_host, protocol_type, tuple(protocols),
-                               session_timeout_ms, rebalance_timeout_ms, now_ms, awaiting_join=True)
+                               session_timeout_ms, rebalance_timeout_ms, now_ms, awaiting_join=True,
+                               group_instance_id=group_instance_id)
             g.members[member_id] = m
+            if group_instance_id:
+                g.static_members[group_instance_id] = member_id
             g.join_order.append(member_id)
             g.protocol_type = protocol_type
+            g.new_member_added = True
+            delay = lim.initial_rebalance_delay_ms
+            if g.state == EMPTY and delay > 0:
+                # InitialDelayedJoin(delay, remaining = rebalance timeout - delay).
+                g.initial_delay_until_ms = now_ms + min(delay, rebalance_timeout_ms)
+                g.initial_delay_remaining_ms = max(0, rebalance_timeout_ms - delay)
+                g.new_member_added = False
             if g.state != PREPARING_REBALANCE:
                 out += self._prepare_rebalance(g, now_ms)
             else:
@@ -299,6 +346,47 @@ class GroupStateMachine:
         out += self._maybe_complete_join(g, now_ms)
         return None, out
 
+    def _rejoin_static(self, g: GroupMetadata, old_id: str, new_id: str, instance_id: str, client_id: str,
+                       client_host: str, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
+                       rebalance_timeout_ms: int, now_ms: int) -> tuple[JoinGroupResult | None, list[Completion]]:
+        """A known static member joined without a member id (it restarted): ``new_id`` replaces
+        ``old_id`` (fenced from now on), keeping its place, join order, leadership and assignment."""
+        out: list[Completion] = []
+        old = g.members[old_id]
+        if old.awaiting_join:
+            out.append(Completion(g.group_id, old_id, JOIN, JoinGroupResult(FENCED_INSTANCE_ID, member_id=old_id)))
+        if old.awaiting_sync:
+            out.append(Completion(g.group_id, old_id, SYNC, SyncGroupResult(FENCED_INSTANCE_ID)))
+        current_leader = g.leader_id
+        del g.members[old_id]
+        g.members[new_id] = replace(old, member_id=new_id, client_id=client_id, client_host=client_host,
+                                    protocols=tuple(protocols), session_timeout_ms=session_timeout_ms,
+                                    rebalance_timeout_ms=rebalance_timeout_ms, last_heartbeat_ms=now_ms,
+                                    awaiting_join=False, awaiting_sync=False)
+        g.join_order = [new_id if mid == old_id else mid for mid in g.join_order]
+        if g.leader_id == old_id:
+            g.leader_id = new_id
+        g.static_members[instance_id] = new_id
+        if g.state == STABLE:
+            candidates = self._protocol_candidates(g, [p for p, _ in g.members[g.leader_id].protocols])
+            if candidates and candidates[0] == g.protocol:
+                # Kafka answers with the *old* leader id, so that a rejoining leader does not compute
+                # an assignment a Stable group would never hand out; its SyncGroup gets its old one.
+                return JoinGroupResult(NONE, g.generation_id, g.protocol, current_leader, new_id), out
+        g.members[new_id] = replace(g.members[new_id], awaiting_join=True)
+        if g.state != PREPARING_REBALANCE:
+            out += self._prepare_rebalance(g, now_ms)
+        out += self._maybe_complete_join(g, now_ms)
+        return None, out
+
+    def is_fenced(self, group_id: str, member_id: str, group_instance_id: str) -> bool:
+        """KIP-345: ``group_instance_id`` is held by another member id now (Kafka's isStaticMemberFenced)."""
+        if not group_instance_id:
+            return False
+        g = self.groups.get(group_id)
+        holder = None if g is None else g.static_members.get(group_instance_id)
+        return holder is not None and holder != member_id
+
     def _protocol_candidates(self, g: GroupMetadata, offered: list[str]) -> list[str]:
         return [p for p in offered if all(m.supports(p) for m in g.members.values())]
 
@@ -317,6 +405,17 @@ class GroupStateMachine:
     def _maybe_complete_join(self, g: GroupMetadata, now_ms: int, force: bool = False) -> list[Completion]:
         if g.state != PREPARING_REBALANCE:
             return []
+        if g.initial_delay_until_ms and g.members:
+            if now_ms < g.initial_delay_until_ms:
+                return []  # the initial delay decides when this join completes (see tick)
+            if g.new_member_added and g.initial_delay_remaining_ms > 0:
+                step = min(self.limits.initial_rebalance_delay_ms, g.initial_delay_remaining_ms)
+                g.initial_delay_until_ms = now_ms + step
+                g.initial_delay_remaining_ms -= step
+                g.new_member_added = False
+                return []
+            force = True
+        g.initial_delay_until_ms = 0
         if not force and (g.pending_members or not all(m.awaiting_join for m in g.members.values())):
             return []
         for mid in [mid for mid, m in g.members.items() if not m.awaiting_join]:
@@ -339,20 +438,27 @@ class GroupStateMachine:
         return out
 
     def _join_result(self, g: GroupMetadata, member_id: str) -> JoinGroupResult:
-        members = tuple((mid, g.members[mid].metadata(g.protocol)) for mid in g.join_order if mid in g.members) \
-            if member_id == g.leader_id else ()
-        return JoinGroupResult(NONE, g.generation_id, g.protocol, g.leader_id, member_id, members)
+        if member_id != g.leader_id:
+            return JoinGroupResult(NONE, g.generation_id, g.protocol, g.leader_id, member_id)
+        joined = [g.members[mid] for mid in g.join_order if mid in g.members]
+        return JoinGroupResult(NONE, g.generation_id, g.protocol, g.leader_id, member_id,
+                               tuple((m.member_id, m.metadata(g.protocol)) for m in joined),
+                               tuple((m.member_id, m.group_instance_id) for m in joined if m.group_instance_id))
 
     def _remove(self, g: GroupMetadata, member_id: str) -> None:
-        g.members.pop(member_id, None)
+        m = g.members.pop(member_id, None)
+        if m is not None and m.group_instance_id and g.static_members.get(m.group_instance_id) == member_id:
+            del g.static_members[m.group_instance_id]
         if member_id in g.join_order:
             g.join_order.remove(member_id)
 
     # ------------------------------------------------------------ SyncGroup
 
     def sync(self, group_id: str, generation_id: int, member_id: str, assignments: dict[str, bytes],
-             now_ms: int) -> tuple[SyncGroupResult | None, list[Completion]]:
+             now_ms: int, group_instance_id: str = "") -> tuple[SyncGroupResult | None, list[Completion]]:
         g = self.groups.get(group_id)
+        if self.is_fenced(group_id, member_id, group_instance_id):
+            return SyncGroupResult(FENCED_INSTANCE_ID), []
         if g is None or member_id not in g.members:
             return SyncGroupResult(UNKNOWN_MEMBER_ID), []
         if generation_id != g.generation_id:
@@ -377,11 +483,14 @@ class GroupStateMachine:
 
     # ------------------------------------------------------------ Heartbeat, LeaveGroup, timeouts
 
-    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> int:
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int,
+                  group_instance_id: str = "") -> int:
         """Kafka 2.x's order: the member, then its generation, and only a heartbeat of the current
         generation keeps the member alive (a zombie of an old one must not) - answered
         REBALANCE_IN_PROGRESS while the group prepares a rebalance (the member must rejoin) and
         NONE in CompletingRebalance (the member's SyncGroup is on its way)."""
+        if self.is_fenced(group_id, member_id, group_instance_id):
+            return FENCED_INSTANCE_ID
         g = self.groups.get(group_id)
         if g is None or member_id not in g.members:
             return UNKNOWN_MEMBER_ID
@@ -392,8 +501,19 @@ class GroupStateMachine:
             return REBALANCE_IN_PROGRESS
         return NONE
 
-    def leave(self, group_id: str, member_id: str, now_ms: int) -> tuple[int, list[Completion]]:
+    def leave(self, group_id: str, member_id: str, now_ms: int,
+              group_instance_id: str = "") -> tuple[int, list[Completion]]:
+        """A member leaves. With a ``group_instance_id`` (LeaveGroup v3+): an empty ``member_id`` names
+        whoever holds that instance id (the admin's removal of a static member); another member id
+        than the holder's is FENCED_INSTANCE_ID."""
         g = self.groups.get(group_id)
+        if group_instance_id:
+            holder = None if g is None else g.static_members.get(group_instance_id)
+            if holder is None:
+                return UNKNOWN_MEMBER_ID, []
+            if member_id and member_id != holder:
+                return FENCED_INSTANCE_ID, []
+            member_id = holder
         if g is not None and member_id in g.pending_members:
             # An id handed out but never joined with: forget it; a barrier it held may now complete.
             del g.pending_members[member_id]
@@ -429,7 +549,10 @@ class GroupStateMachine:
             for mid, m in list(g.members.items()):
                 if mid in g.members and not m.awaiting_join and now_ms - m.last_heartbeat_ms > m.session_timeout_ms:
                     out += self._member_gone(g, mid, now_ms)
-            if g.state == PREPARING_REBALANCE and now_ms >= g.rebalance_deadline_ms:
+            if g.state == PREPARING_REBALANCE and g.initial_delay_until_ms:
+                if now_ms >= g.initial_delay_until_ms:
+                    out += self._maybe_complete_join(g, now_ms)
+            elif g.state == PREPARING_REBALANCE and now_ms >= g.rebalance_deadline_ms:
                 out += self._maybe_complete_join(g, now_ms, force=True)
         return out
 
@@ -437,14 +560,17 @@ class GroupStateMachine:
         """When ``tick`` next has something to do (the shell sleeps until then, bounded)."""
         times = [m.last_heartbeat_ms + m.session_timeout_ms + 1 for g in self.groups.values()
                  for m in g.members.values() if not m.awaiting_join]
-        times += [g.rebalance_deadline_ms for g in self.groups.values() if g.state == PREPARING_REBALANCE]
+        times += [g.initial_delay_until_ms or g.rebalance_deadline_ms for g in self.groups.values()
+                  if g.state == PREPARING_REBALANCE]
         times += [deadline for g in self.groups.values() for deadline in g.pending_members.values()]
         return min(times, default=None)
 
     # ------------------------------------------------------------ offsets
 
-    def commit_offsets(self, group_id: str, generation_id: int, member_id: str) -> int:
+    def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str = "") -> int:
         """NONE when the commit may be written (the shell then writes and calls offsets_committed)."""
+        if self.is_fenced(group_id, member_id, group_instance_id):
+            return FENCED_INSTANCE_ID
         g = self.groups.get(group_id)
         # Kafka 2.x: a commit outside the group protocol (generation -1: the admin's reset, a
         # consumer with assign()) only to an Empty group; anything else must be a current member.
@@ -493,6 +619,46 @@ class GroupStateMachine:
             return dict(g.offsets)
         return {tp: g.offsets[tp] for tp in partitions if tp in g.offsets}
 
+    # ------------------------------------------------------------ deleting (DeleteGroups, OffsetDelete)
+
+    def check_delete_group(self, group_id: str) -> int:
+        """NONE when ``group_id`` may be deleted - Kafka deletes only groups without members (Empty,
+        or Dead: not loaded) - else NON_EMPTY_GROUP. The shell then deletes its offsets and fence
+        from storage under the lease, and unloads it: a later join starts a new group."""
+        g = self.groups.get(group_id)
+        if g is not None and (g.members or g.pending_members):
+            return NON_EMPTY_GROUP
+        return NONE
+
+    def check_delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]
+                             ) -> tuple[int, dict[tuple[str, int], int]]:
+        """Kafka's handleDeleteOffsets (KIP-496): (group error, code per partition). An empty group's
+        offsets may all go; a consumer group's offsets of a topic some member subscribes to are
+        GROUP_SUBSCRIBED_TO_TOPIC (the others may go); a group of another protocol with members is
+        NON_EMPTY_GROUP. A subscription that cannot be read counts as subscribed to everything."""
+        g = self.groups.get(group_id)
+        tps = list(partitions)
+        if g is None or not (g.members or g.pending_members):
+            return NONE, dict.fromkeys(tps, NONE)
+        if g.protocol_type != CONSUMER_PROTOCOL:
+            return NON_EMPTY_GROUP, {}
+        subscribed: set[str] = set()
+        everything = False
+        for m in g.members.values():
+            for _name, metadata in m.protocols:
+                topics = consumer_subscription(metadata)
+                if topics is None:
+                    everything = True
+                else:
+                    subscribed |= topics
+        return NONE, {tp: GROUP_SUBSCRIBED_TO_TOPIC if everything or tp[0] in subscribed else NONE for tp in tps}
+
+    def offsets_deleted(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
+        g = self.groups.get(group_id)
+        if g is not None:
+            for tp in partitions:
+                g.offsets.pop(tp, None)
+
     def describe(self, group_id: str) -> GroupDescription:
         g = self.groups.get(group_id)
         return g.describe() if g is not None else GroupDescription(group_id, DEAD, "", "", ())
@@ -500,6 +666,30 @@ class GroupStateMachine:
     def list_groups(self) -> list[tuple[str, str]]:
         """(group id, protocol type) of every group loaded here."""
         return sorted((g.group_id, g.protocol_type) for g in self.groups.values())
+
+
+def consumer_subscription(metadata: bytes) -> frozenset[str] | None:
+    """The topics of Kafka's ConsumerProtocolSubscription (int16 version, int32 count, int16-length
+    strings, then fields this does not need); None if ``metadata`` is not one."""
+    if len(metadata) < 6:
+        return None
+    count = int.from_bytes(metadata[2:6], "big", signed=True)
+    if count < 0 or count > len(metadata):
+        return None
+    pos, topics = 6, set()
+    for _ in range(count):
+        if pos + 2 > len(metadata):
+            return None
+        size = int.from_bytes(metadata[pos:pos + 2], "big", signed=True)
+        pos += 2
+        if size < 0 or pos + size > len(metadata):
+            return None
+        try:
+            topics.add(metadata[pos:pos + size].decode())
+        except UnicodeDecodeError:
+            return None
+        pos += size
+    return frozenset(topics)
 
 
 def coordinator_for(group_id: str, live_brokers: list[int]) -> int:
