@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trigger-seconds", type=float, default=5.0, help="micro-batch interval when running on")
     p.add_argument("--checkpoint", default=None, help="checkpoint directory (default: a temporary one)")
     p.add_argument("--out-topic", default=None, help="write counts to this topic instead of the console")
-    p.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
+    p.add_argument("--master", help="Spark master URL (default: spark-submit's --master, else local[2])")
     add_connection_args(p)
     return p
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -100,10 +101,10 @@ class JobSession:
                 raise SystemExit(1) from None
         from pyspark.sql import SparkSession
 
-        from client.spark import local_session
+        from client.spark import choose_master, local_session
 
         self.owns_session = SparkSession.getActiveSession() is None
-        self.spark: Any = local_session(app_name, master=args.master)
+        self.spark: Any = local_session(app_name, master=choose_master(args.master, os.environ))
         self._progress = _SparkProgress(app_name, self.spark)
 
     def close(self) -> None:

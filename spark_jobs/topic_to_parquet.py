@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--starting-offsets", default="earliest", help="earliest or Spark's per-partition JSON")
     p.add_argument("--ending-offsets", default="latest", help="latest or Spark's per-partition JSON")
     p.add_argument("--min-partitions", type=int, default=None, help="split partitions into at least N tasks")
-    p.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
+    p.add_argument("--master", help="Spark master URL (default: spark-submit's --master, else local[2])")
     add_connection_args(p)
     return p
 

@@ -10,8 +10,8 @@ from client.cli.tool_args import (
     add_connection_args,
     bootstrap_from_args,
     print_result,
+    refuse_zookeeper,
     security_from_args,
-    zookeeper_from_args,
 )
 from client.structs import TopicPartition
 from proto import errors
@@ -19,7 +19,7 @@ from proto import errors
 
 def add_parser(sub: Any) -> None:
     le = sub.add_parser("leader-election", help="preferred replica election (kafka-leader-election)")
-    add_connection_args(le, zookeeper=True)
+    add_connection_args(le, zookeeper_ignored=True)
     le.add_argument("--topic", help="elect for this topic's partitions")
     le.add_argument("--partition", type=int, default=None, help="with --topic: only this partition")
     le.add_argument("--all-topic-partitions", action="store_true", help="elect for every partition")
@@ -27,8 +27,8 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_leader_election(args: argparse.Namespace) -> int:
-    with AdminClient(bootstrap_from_args(args), zookeeper_connect=zookeeper_from_args(args),
-                     security=security_from_args(args)) as admin:
+    refuse_zookeeper(args, "leader-election")
+    with AdminClient(bootstrap_from_args(args), security=security_from_args(args)) as admin:
         if args.all_topic_partitions:
             tps = [TopicPartition(t, p) for t in admin.list_topics() for p in admin.view.partitions_of(t)]
         elif args.topic:

@@ -8,6 +8,7 @@ for bad input.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -79,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         validate_names(args)
         rc: int = args.func(args)
+        sys.stdout.flush()  # here, not at exit, so that a reader gone away is seen below
     except NetworkError as e:
         print(f"error: {e.message}", file=sys.stderr)  # "cannot reach HOST:PORT: connection refused"
         return 1
@@ -89,6 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         reason = unreachable_reason(e.code().name, e.details() or "") if hasattr(e, "details") else str(e)
         print(f"error: cannot reach the broker: {reason}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # `consume ... | head -2`: the reader went away, as Unix tools and Kafka's exit - quietly.
+        # stdout is pointed at /dev/null so that the interpreter's own flush at exit cannot fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -16,8 +16,8 @@ from client.cli.tool_args import (
     add_connection_args,
     bootstrap_from_args,
     print_result,
+    refuse_zookeeper,
     security_from_args,
-    zookeeper_from_args,
 )
 from client.structs import TopicPartition
 from proto import errors
@@ -25,7 +25,7 @@ from proto import errors
 
 def add_parser(sub: Any) -> None:
     ra = sub.add_parser("reassign-partitions", help="move replicas (kafka-reassign-partitions)")
-    add_connection_args(ra, zookeeper=True)
+    add_connection_args(ra, zookeeper_ignored=True)
     ra_action = ra.add_mutually_exclusive_group(required=True)
     ra_action.add_argument("--generate", action="store_true",
                            help="propose a reassignment of --topics-to-move-json-file onto --broker-list")
@@ -53,7 +53,8 @@ def _read(path: Path | None, flag: str) -> str:
 
 def cmd_reassign(args: argparse.Namespace) -> int:
     """kafka-reassign-partitions: --generate proposes, --execute submits, --verify reports."""
-    with AdminClient(bootstrap_from_args(args), zookeeper_connect=zookeeper_from_args(args),
+    refuse_zookeeper(args, "reassign-partitions")
+    with AdminClient(bootstrap_from_args(args),
                      security=security_from_args(args)) as admin:
         if args.verify:
             busy = admin.reassignment_in_progress()

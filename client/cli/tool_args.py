@@ -96,6 +96,14 @@ def warn_if_zookeeper_given(args: argparse.Namespace) -> None:
         print(ZOOKEEPER_IGNORED, file=sys.stderr)
 
 
+def refuse_zookeeper(args: argparse.Namespace, command: str) -> None:
+    """A command that talks only to the brokers, given --zookeeper: refused rather than silently
+    ignored (issue 33) - a typo'd or stale ZooKeeper address must not look accepted."""
+    if getattr(args, "zookeeper", None):
+        raise errors.InvalidRequestError(f"{command} does not use --zookeeper (it talks to the brokers, as Kafka's "
+                                         f"tool since 2.4); give --bootstrap-server or nothing for the local cluster")
+
+
 def print_result(args: argparse.Namespace, obj: Any, table: str) -> None:
     print(json.dumps(obj, indent=2) if args.output == "json" else table)
 

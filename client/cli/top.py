@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from client.admin import AdminClient
+from client.cli.tool_args import refuse_zookeeper
 from client.connection import ClusterView
 from client.discovery import local_cluster_dir
 from client.ops.local_cluster import ClusterError, ClusterState, local_client_security
@@ -35,7 +36,7 @@ BAR = 28
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("top", help="live view of partitions, replicas' LEO/HW, ISR, lag and events")
     p.add_argument("--bootstrap-server", default=None, help="host:port[,host:port] (default: the local cluster)")
-    p.add_argument("--zookeeper", default=None, help="for consumer-group lag (default: the local cluster's)")
+    p.add_argument("--zookeeper", default=None, help=argparse.SUPPRESS)  # refused: groups come from the brokers
     p.add_argument("--dir", type=Path, default=local_cluster_dir(), help="local cluster directory (default .minikafka)")
     p.add_argument("--topic", action="append", default=[], help="only these topics (repeatable)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
@@ -45,7 +46,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def snapshot(view: ClusterView, topics: list[str], max_events: int, zookeeper: str | None) -> dict[str, Any]:
+def snapshot(view: ClusterView, topics: list[str], max_events: int, with_groups: bool = True) -> dict[str, Any]:
     md = view.refresh(topics or None)
     brokers = {b.broker_id: f"{b.host}:{b.port}" for b in md.brokers}
     states: dict[tuple[str, int], dict[int, pb.ReplicaState]] = {}
@@ -88,9 +89,9 @@ def snapshot(view: ClusterView, topics: list[str], max_events: int, zookeeper: s
                 "offline": p.leader < 0, "replica_state": replicas,
             })
     groups: list[dict[str, Any]] = []
-    if zookeeper:
+    if with_groups:  # consumer-group lag, from the brokers' group coordinators
         try:
-            with AdminClient(view.bootstrap, zookeeper_connect=zookeeper) as admin:
+            with AdminClient(view.bootstrap) as admin:
                 for g in admin.list_groups():
                     rows = admin.describe_group(g)
                     groups.append({"group": g, "lag": sum(r.lag or 0 for r in rows),
@@ -168,13 +169,11 @@ def fit(header: list[str], blocks: list[list[str]], footer: list[str], rows: int
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_zookeeper(args, "top")
     bootstrap = args.bootstrap_server
-    zookeeper = args.zookeeper
-    if not bootstrap or not zookeeper:
+    if not bootstrap:
         try:
-            state = ClusterState.load(args.dir)
-            bootstrap = bootstrap or state.bootstrap_servers
-            zookeeper = zookeeper or state.zookeeper_connect
+            bootstrap = ClusterState.load(args.dir).bootstrap_servers
         except ClusterError:
             if not bootstrap:
                 raise errors.InvalidRequestError(f"no --bootstrap-server and no local cluster in {args.dir}") from None
@@ -182,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     view = ClusterView(bootstrap, timeout_s=3, security=security)
     try:
         while True:
-            snap = snapshot(view, args.topic, args.events, zookeeper)
+            snap = snapshot(view, args.topic, args.events)
             if args.once:
                 print(json.dumps(snap, indent=2) if args.output == "json" else render(snap))
                 return 0

@@ -96,8 +96,28 @@ def fixed_ports(brokers: int) -> dict[str, list[int]]:
             "kafka": [KAFKA_PORT_BASE + i for i in range(brokers)]}
 
 
+def previous_zookeeper_port(previous: ClusterState | None) -> int | None:
+    """The loopback port of the ZooKeeper a stopped cluster of this directory ran (pure)."""
+    if previous is None or not previous.zookeeper_dir:  # an external ZooKeeper is not ours to place
+        return None
+    host, _, port = previous.zookeeper_connect.rpartition(":")
+    return int(port) if host == "127.0.0.1" and port.isdigit() else None
+
+
+def previous_broker_ports(previous: ClusterState | None, brokers: int) -> list[int]:
+    """A stopped cluster's ports per broker (client, metrics, internal, Kafka), when it had as many
+    brokers; else [] (pure)."""
+    if previous is None or sorted(previous.brokers) != list(range(1, brokers + 1)):
+        return []
+    return [p for i in range(1, brokers + 1) for p in (previous.brokers[i].port, previous.brokers[i].metrics_port,
+                                                       previous.brokers[i].internal_port, previous.brokers[i].kafka_port)]
+
+
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Nothing listens on ``port``. SO_REUSEADDR, as the servers bind (ZooKeeper, gRPC, asyncio): a
+    port whose last connections linger in TIME_WAIT after a stop is free to them, and so here."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -411,8 +431,14 @@ class LocalCluster:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self.fixed_ports = fixed_ports
         self.notices: list[str] = []
+        # The ports this directory's previous cluster had (``up`` after ``down``): kept, so that
+        # addresses saved or exported by users stay true across restarts (issue 33).
+        self.previous: ClusterState | None = None
 
     def _zookeeper_port(self) -> int | None:
+        old = previous_zookeeper_port(self.previous)
+        if old is not None and port_free(old):
+            return old
         if not self.fixed_ports:
             return None
         if port_free(ZOOKEEPER_PORT):
@@ -422,6 +448,13 @@ class LocalCluster:
 
     def _broker_ports(self, brokers: int) -> list[int]:
         """client, metrics, internal, Kafka port per broker, in that order (as free_ports gave them)."""
+        kept = previous_broker_ports(self.previous, brokers)
+        if kept and not self.broker_netns:
+            taken = [p for p in kept if p > 0 and not port_free(p)]
+            if not taken:
+                return kept
+            self.notices.append(f"port{'s' if len(taken) > 1 else ''} {', '.join(map(str, taken))} of the previous "
+                                f"cluster in this directory taken: the brokers take other ports")
         if self.fixed_ports and not self.broker_netns:
             want = fixed_ports(brokers)
             taken = [p for series in want.values() for p in series if not port_free(p)]
@@ -441,6 +474,7 @@ class LocalCluster:
             old = ClusterState.load(self.dir)
             if any(pid_alive(b.pid) for b in old.brokers.values()) or pid_alive(old.zookeeper_pid):
                 raise ClusterError(f"a cluster is already running in {self.dir}; `minikafka cluster down` first")
+            self.previous = old if not self.external_zk else None
         try:
             if self.external_zk:
                 connect = self.external_zk

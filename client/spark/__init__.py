@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -24,7 +25,19 @@ def register(spark: Any) -> Any:
     return spark
 
 
-def local_session(app_name: str = "minikafka", master: str = "local[2]", **conf: str) -> Any:
+DEFAULT_MASTER = "local[2]"
+
+
+def choose_master(requested: str | None, environ: Mapping[str, str]) -> str | None:
+    """The master a job's session asks for: the one given (``--master``); else none when the job runs
+    under spark-submit (its ``--master`` reaches the driver through the JVM's spark.master, which a
+    builder's .master() would override: issue 33); else ``local[2]``."""
+    if requested:
+        return requested
+    return None if "PYSPARK_GATEWAY_PORT" in environ else DEFAULT_MASTER
+
+
+def local_session(app_name: str = "minikafka", master: str | None = DEFAULT_MASTER, **conf: str) -> Any:
     """A SparkSession on loopback with the format registered.
 
     Python workers run this interpreter (so they import this project), Spark binds 127.0.0.1, and
@@ -40,7 +53,8 @@ def local_session(app_name: str = "minikafka", master: str = "local[2]", **conf:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
+    builder = (builder.appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.driver.host", "127.0.0.1"))

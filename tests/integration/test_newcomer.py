@@ -82,6 +82,15 @@ def test_a_broker_failing_during_cluster_up_stops_everything_and_a_corrected_up_
         env = dict(kv.split("=", 1) for kv in export.removeprefix("export ").split())
         r = cli("topics", "--create", "--topic", "via-env", "--replication-factor", "1", env=env)
         assert r.returncode == 0, r.stderr
+        # Issue 33: the directory keeps its ports across down/up, so what was exported stays true.
+        assert cli("cluster", "down", "--dir", str(d)).returncode == 0
+        r = cli("cluster", "up", "--dir", str(d), "--brokers", "1", "--random-ports")
+        assert r.returncode == 0, r.stderr
+        again = ClusterState.load(d)
+        assert (again.bootstrap_servers, again.zookeeper_connect, again.kafka_bootstrap_servers) == \
+            (state.bootstrap_servers, state.zookeeper_connect, state.kafka_bootstrap_servers)
+        r = cli("topics", "--list", env=env)
+        assert r.returncode == 0 and "via-env" in r.stdout.split(), (r.stdout, r.stderr)
     finally:
         cli("cluster", "down", "--dir", str(d))
 

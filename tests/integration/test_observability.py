@@ -142,7 +142,7 @@ def test_top_shows_a_follower_leaving_and_catching_up(cluster) -> None:  # type:
                 return int(e["detail"].rsplit("log end ", 1)[1]) < total
         return False
 
-    lagging = wait_for(lambda: (lambda s: s if lag_seen(s) else None)(snapshot(view, ["topv"], 50, cluster.zk_connect)),
+    lagging = wait_for(lambda: (lambda s: s if lag_seen(s) else None)(snapshot(view, ["topv"], 50)),
                        timeout_s=30, interval_s=0.02, what="the returned follower seen lagging")
     assert lagging is not None
     snap = wait_for(lambda: (lambda s: s if replica(s, follower)["in_isr"] and replica(s, follower)["leo"] == total

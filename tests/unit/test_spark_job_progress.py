@@ -45,3 +45,12 @@ def test_the_reporter_writes_lines_off_a_terminal_and_stops() -> None:
     reporter.stop()
     assert "job: 6s, stage 2 7/10 tasks (3 running)" in out.getvalue()
     assert not reporter._thread.is_alive()
+
+
+def test_a_job_honours_the_master_it_was_submitted_to() -> None:
+    """Issue 33: ``spark-submit --master spark://...`` must not be overridden by the job's default."""
+    from client.spark import DEFAULT_MASTER, choose_master
+
+    assert choose_master(None, {}) == DEFAULT_MASTER  # run as a plain Python program
+    assert choose_master(None, {"PYSPARK_GATEWAY_PORT": "41234"}) is None  # under spark-submit: its master
+    assert choose_master("local[4]", {"PYSPARK_GATEWAY_PORT": "41234"}) == "local[4]"  # an explicit --master wins
