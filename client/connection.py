@@ -8,6 +8,8 @@ before it sends anything (SPEC S5.3: the producer sends only to the leader).
 
 from __future__ import annotations
 
+import socket
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -102,7 +104,10 @@ class ClusterView:
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.UNAUTHENTICATED:
                     raise rpc_error(e, address) from None
-                failures.append(f"{address}: {unreachable_reason(e.code().name, e.details() or '')}")
+                reason = unreachable_reason(e.code().name, e.details() or '')
+                if reason.startswith("connection closed by the server") and speaks_kafka(address):
+                    reason = KAFKA_LISTENER_REASON
+                failures.append(f"{address}: {reason}")
                 continue
             self._apply(resp, all_topics=topics is None)
             return resp
@@ -178,6 +183,33 @@ def unreachable_reason(code_name: str, details: str) -> str:
         return "timed out"
     first = details.strip().splitlines()[0] if details.strip() else ""
     return f"{code_name.lower()}: {first}" if first else code_name.lower()
+
+
+KAFKA_LISTENER_REASON = ("that is a Kafka wire-protocol listener (kafka.listeners, for Kafka's own clients); "
+                         "the minikafka tools and client library speak gRPC to a broker's client listener "
+                         "(`minikafka cluster status` lists both; 9392 by default)")
+
+
+def speaks_kafka(address: str, timeout_s: float = 2.0) -> bool:
+    """Does ``address`` answer Kafka's ApiVersions v0 (a plain Kafka listener, where the tools were
+    pointed at a gRPC one)? Asked only to explain a failed connection (issue 33)."""
+    host, _, port = address.rpartition(":")
+    client_id = b"minikafka-probe"
+    body = struct.pack(">hhih", 18, 0, 0x4D4B, len(client_id)) + client_id
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
+            s.sendall(struct.pack(">i", len(body)) + body)
+            head = b""
+            for _ in range(8):  # bounded: recv returns at least one byte or b"" (closed)
+                chunk = s.recv(8 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+                if len(head) == 8:
+                    break
+    except (OSError, ValueError):
+        return False
+    return len(head) == 8 and struct.unpack(">i", head[4:])[0] == 0x4D4B
 
 
 def raise_for(code: int, message: str = "") -> None:

@@ -68,3 +68,22 @@ def default_zookeeper() -> str | None:
     if state is not None and isinstance(state.get("zookeeper_connect"), str):
         return str(state["zookeeper_connect"])
     return None
+
+
+def kafka_bootstrap() -> str:
+    """The local cluster's Kafka wire-protocol listeners, for Kafka's own clients (confluent-kafka,
+    kafka-python, ...): ``MINIKAFKA_KAFKA_BOOTSTRAP``, else the local cluster's state file. Raises
+    LookupError with what to do when neither says - never a guessed 127.0.0.1:9092, which may be
+    another cluster's or nobody's (issue 33)."""
+    env = os.environ.get(KAFKA_BOOTSTRAP_ENV, "").strip()
+    if env:
+        return env
+    state = _local_state()
+    brokers = state.get("brokers") if state is not None else None
+    if isinstance(brokers, dict):
+        addresses = [f"{b.get('host', '127.0.0.1')}:{b['kafka_port']}" for _k, b in sorted(brokers.items())
+                     if isinstance(b, dict) and isinstance(b.get("kafka_port"), int) and b["kafka_port"] > 0]
+        if addresses:
+            return ",".join(addresses)
+    raise LookupError(f"no local cluster in {local_cluster_dir()} and ${KAFKA_BOOTSTRAP_ENV} unset: start one "
+                      f"(minikafka cluster up) or export what `minikafka cluster status` prints")

@@ -82,6 +82,8 @@ STREAM_RETRY_AFTER_S = 60
 # How long a broker whose Kafka listener could not be reached, or whose connection failed, gets its
 # Produce requests over gRPC before the producer connects to the Kafka listener again.
 KAFKA_PRODUCE_RETRY_AFTER_S = 5.0
+# At most one warning per partition and error in this long while retrying (see _retry_or_fail).
+RETRY_WARNING_INTERVAL_MS = 10_000
 # A broker's pipe for Produce requests: both send in order and answer in order (None: unary calls).
 ProduceTransport = ProduceStream | KafkaProduceConnection
 
@@ -130,6 +132,7 @@ class Producer:
         self.batch_size = batch_size
         self.max_in_flight = max(1, max_in_flight)
         self.retries = retries
+        self._retry_warned: dict[tuple[str, int, str], float] = {}  # (topic, partition, error) -> when warned
         self.delivery_timeout_s = delivery_timeout_ms / 1000.0
         self.request_timeout_s = request_timeout_ms / 1000.0
         self.retry_backoff_s = retry_backoff_ms / 1000.0
@@ -723,7 +726,18 @@ class Producer:
         if not retry:
             self._finish(batch, -1, error)
             return
-        log.debug("retrying %s-%d (sequence %d) after %s", batch.topic, batch.partition, batch.sequence, error)
+        # Kafka's Sender says why it retries ("Got error produce response ..., retrying"): at WARNING for
+        # what is not a routine leader move, at most every RETRY_WARNING_INTERVAL_S per partition and
+        # error - a produce to a topic whose min.insync.replicas exceeds its replicas must not be
+        # silent until delivery.timeout.ms (issue 33).
+        key = (batch.topic, batch.partition, error.name)
+        quiet = error.invalid_metadata or isinstance(error, errors.NetworkError)
+        if not quiet and now_ms - self._retry_warned.get(key, -RETRY_WARNING_INTERVAL_MS) >= RETRY_WARNING_INTERVAL_MS:
+            self._retry_warned[key] = now_ms
+            log.warning("produce to %s-%d failed with %s (%s); retrying until delivery.timeout.ms", batch.topic,
+                        batch.partition, error.name, error)
+        else:
+            log.debug("retrying %s-%d (sequence %d) after %s", batch.topic, batch.partition, batch.sequence, error)
         if self._wake is not None:
             self._wake.set()
 

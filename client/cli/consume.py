@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_consume(args: argparse.Namespace) -> int:
     warn_if_zookeeper_given(args)
-    props = parse_key_values(args.property)
+    props = parse_key_values(args.property, "--property")
     show = {k: props.get(f"print.{k}", "false").lower() == "true" for k in ("key", "offset", "partition",
                                                                           "timestamp")}
     sep = props.get("key.separator", "\t")

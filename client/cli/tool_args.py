@@ -108,12 +108,12 @@ def print_result(args: argparse.Namespace, obj: Any, table: str) -> None:
     print(json.dumps(obj, indent=2) if args.output == "json" else table)
 
 
-def parse_key_values(items: list[str]) -> dict[str, str]:
+def parse_key_values(items: list[str], flag: str = "--config") -> dict[str, str]:
     out = {}
     for item in items:
         k, sep, v = item.partition("=")
         if not sep or not k:
-            raise errors.InvalidConfigError(f"--config expects key=value, got {item!r}")
+            raise errors.InvalidConfigError(f"{flag} expects key=value, got {item!r}")
         out[k.strip()] = v.strip()
     return out
 

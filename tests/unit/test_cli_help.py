@@ -10,7 +10,11 @@ import pytest
 from client.cli import build_parser
 
 # Accepted for old scripts but ignored with a warning, so kept out of the help.
-HIDDEN_ON_PURPOSE = {"minikafka consume --zookeeper", "minikafka groups --zookeeper"}
+# Accepted only to answer old scripts: a warning (consume, groups) or a refusal that says why
+# (leader-election, reassign-partitions, top: issue 33).
+HIDDEN_ON_PURPOSE = {"minikafka consume --zookeeper", "minikafka groups --zookeeper",
+                     "minikafka leader-election --zookeeper", "minikafka reassign-partitions --zookeeper",
+                     "minikafka top --zookeeper"}
 
 
 def _walk(parser: argparse.ArgumentParser, path: str) -> list[str]:
