@@ -115,8 +115,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    seen: list[dict[str, Any]] = []
+
     def go() -> None:
         s = LocalCluster(args.dir).status()
+        seen.append(s)
         if args.output == "json":
             print(json.dumps(s, indent=2))
             return
@@ -125,22 +128,35 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"{'ID':>3}  {'ADDRESS':<22} {'PID':>8}  {'ALIVE':<6} {'REGISTERED':<10} ROLE")
         for b in s["brokers"]:
             role = "controller" if b["id"] == s["controller"] else ""
-            print(f"{b['id']:>3}  {b['address']:<22} {b['pid']:>8}  {str(b['alive']).lower():<6} "
+            alive = "paused" if b["paused"] else str(b["alive"]).lower()  # SIGSTOPped: alive, answering nothing
+            print(f"{b['id']:>3}  {b['address']:<22} {b['pid']:>8}  {alive:<6} "
                   f"{str(b['registered']).lower():<10} {role}")
         if s["kafka_bootstrap_servers"]:
             print(f"Kafka protocol bootstrap servers: {s['kafka_bootstrap_servers']}")
         # For clients in other shells and directories (the library, the CLI and Spark honour them).
         print(export_line(s["bootstrap_servers"], s["zookeeper"]["connect"], s["kafka_bootstrap_servers"]))
 
-    return _run(go)
+    rc = _run(go)
+    if rc == 0 and seen and not cluster_running(seen[0]):
+        print("error: the cluster is not running (ZooKeeper down, no broker alive): minikafka cluster up",
+              file=sys.stderr)
+        return 1
+    return rc
+
+
+def cluster_running(status: dict[str, Any]) -> bool:
+    """Anything of the cluster up: ZooKeeper or a broker (a status of nothing alive exits 1)."""
+    return bool(status["zookeeper"]["alive"]) or any(b["alive"] for b in status["brokers"])
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
     def go() -> None:
-        LocalCluster(args.dir).down()
+        cluster = LocalCluster(args.dir)
+        was_running = cluster_running(cluster.status())
+        cluster.down()
         if args.purge:
             shutil.rmtree(args.dir, ignore_errors=True)
-        print("cluster stopped")
+        print("cluster stopped" if was_running else "the cluster was not running" + (" (purged)" if args.purge else ""))
 
     return _run(go)
 

@@ -132,6 +132,15 @@ def _runs_config(pid: int, config: str) -> bool:
         return False
 
 
+def pid_paused(pid: int) -> bool:
+    """Is ``pid`` stopped (SIGSTOP: state T in /proc/PID/stat)? Alive, but answering nothing."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["T"]
+
+
 def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
@@ -722,7 +731,7 @@ class LocalCluster:
             "bootstrap_servers": state.bootstrap_servers,
             "kafka_bootstrap_servers": state.kafka_bootstrap_servers,
             "brokers": [{"id": b.broker_id, "address": b.address, "kafka_address": b.kafka_address, "pid": b.pid,
-                         "alive": pid_alive(b.pid),
+                         "alive": pid_alive(b.pid), "paused": pid_alive(b.pid) and pid_paused(b.pid),
                          "registered": b.broker_id in registered, "log": b.log, "metrics": b.metrics_address}
                         for _, b in sorted(state.brokers.items())],
         }

@@ -91,6 +91,21 @@ def test_a_broker_failing_during_cluster_up_stops_everything_and_a_corrected_up_
             (state.bootstrap_servers, state.zookeeper_connect, state.kafka_bootstrap_servers)
         r = cli("topics", "--list", env=env)
         assert r.returncode == 0 and "via-env" in r.stdout.split(), (r.stdout, r.stderr)
+        # Issue 33 item 11: a SIGSTOPped broker is "paused", not ALIVE; status of a stopped cluster
+        # exits 1; a second `down` does not claim to stop it again.
+        assert cli("cluster", "kill", "1", "--signal", "STOP", "--dir", str(d)).returncode == 0
+        try:
+            r = cli("cluster", "status", "--dir", str(d), "--output", "json")
+            assert json.loads(r.stdout)["brokers"][0]["paused"] is True, r.stdout
+            assert " paused " in cli("cluster", "status", "--dir", str(d)).stdout
+        finally:
+            cli("cluster", "kill", "1", "--signal", "CONT", "--dir", str(d))
+        r = cli("cluster", "down", "--dir", str(d))
+        assert r.returncode == 0 and r.stdout.strip() == "cluster stopped", r
+        r = cli("cluster", "down", "--dir", str(d))
+        assert r.returncode == 0 and r.stdout.strip() == "the cluster was not running", r
+        r = cli("cluster", "status", "--dir", str(d))
+        assert r.returncode == 1 and "not running" in r.stderr, r
     finally:
         cli("cluster", "down", "--dir", str(d))
 

@@ -14,10 +14,8 @@ the one-go path, byte for byte, and check that a count is refused from the count
 from __future__ import annotations
 
 import asyncio
-import gc
 import random
 import struct
-import time
 import tracemalloc
 import types
 from collections import Counter
@@ -138,14 +136,11 @@ def test_a_forged_count_is_refused_from_the_count_alone() -> None:
     cls = kw._request_class(3, 1)
     tracemalloc.start()
     try:
-        start = time.perf_counter()
         with pytest.raises(FrameBoundsError, match="1000000 elements"):
             array_count(cls, "topics", forged, check_header(cls.__header_schema__, forged))
-        took = time.perf_counter() - start
         _size, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert took < 0.05
     assert peak < 64 * 1024  # nothing allocated for the claimed elements
     # The sliced decoder refuses it before reading (or yielding for) a single name.
     gen = kw.decode_metadata_sliced(forged)
@@ -178,32 +173,32 @@ def test_a_million_names_go_in_short_slices() -> None:
     f = _v1_frame(n)
     assert kw.large_metadata(f)
     work = kw.decode_metadata_sliced(f)
-    longest = 0.0
+    # Bounded work per slice, counted rather than timed (a wall-clock bound fails on a loaded machine;
+    # the time a slice takes is bench/large_request_bench.py's figure).
+    slices = 0
     while True:
-        start = time.perf_counter()
         try:
             next(work)
+            slices += 1
         except StopIteration as done:
             sliced = done.value
             break
-        finally:
-            longest = max(longest, time.perf_counter() - start)
+    assert slices >= n // kw.METADATA_SLICE
     assert len(sliced.request.topics) == n and not sliced.request.all_topics
     assert sliced.request.allow_auto_topic_creation  # v1 has no such field: Kafka's default
     resp = pb.MetadataResponse(controller_id=1)
     resp.topics.extend(pb.TopicMetadata(name="a", error_code=pb.ErrorCode.INVALID_REQUEST) for _ in range(n))
     work2 = kw.encode_metadata_sliced(sliced.decoded.header, resp)
+    slices = 0
     while True:
-        start = time.perf_counter()
         try:
             next(work2)
+            slices += 1
         except StopIteration as done:
             out = done.value
             break
-        finally:
-            longest = max(longest, time.perf_counter() - start)
     assert len(out) == 4 + 4 + 4 + 4 + 4 + n * (2 + 3 + 1 + 4)  # size, correlation, brokers, controller, topics
-    assert longest < 0.05, f"a slice took {longest * 1000:.0f} ms"  # ~3 ms here; generous for slow machines
+    assert slices >= n // kw.METADATA_SLICE
 
 
 def test_error_counts_in_slices_are_partition_errors_tallied() -> None:
@@ -315,14 +310,11 @@ def test_a_forged_commit_count_is_refused_from_the_count_alone() -> None:
         kw.decode_request(forged)
     tracemalloc.start()
     try:
-        start = time.perf_counter()
         with pytest.raises(kw.ProtocolError, match="1000000000 elements cannot fit"):
             next(kw.decode_offset_commit_sliced(forged))  # before a single partition is read
-        took = time.perf_counter() - start
         _size, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert took < 0.05
     assert peak < 64 * 1024
     topics = bytearray(_v2_commit(1200))
     struct.pack_into(">i", topics, 28, 10**8)  # the topic count now
@@ -350,33 +342,28 @@ def test_a_truncated_or_garbled_commit_is_refused_as_by_decode_request() -> None
 def test_a_hundred_thousand_partitions_go_in_short_slices(version: int) -> None:
     n = 100_000
     f = _commit_frame(version, [("a", n)])
-    longest = 0.0
+    slices = [0]
 
     def run(work: Generator[None, None, Any]) -> Any:
-        # The slices' own work measured: a full collection of the test process's garbage is not theirs.
-        nonlocal longest
-        gc.disable()
-        try:
-            while True:
-                start = time.perf_counter()
-                try:
-                    next(work)
-                except StopIteration as done:
-                    return done.value
-                finally:
-                    longest = max(longest, time.perf_counter() - start)
-        finally:
-            gc.enable()
+        # Bounded work per slice, counted rather than timed (the time a slice takes is the bench's).
+        while True:
+            try:
+                next(work)
+                slices[0] += 1
+            except StopIteration as done:
+                return done.value
 
     sliced = run(kw.decode_offset_commit_sliced(f))
     assert len(sliced.request.topics[0].partitions) == n
+    assert slices[0] >= n // kw.OFFSET_COMMIT_SLICE
     refusal = pb.OffsetCommitResponse()
     rt = refusal.topics.add(name="a")
     rt.partitions.extend(pb.OffsetCommitPartitionResponse(partition=p, error_code=pb.ErrorCode.INVALID_REQUEST)
                          for p in range(n))
+    slices[0] = 0
     out = run(kw.encode_offset_commit_sliced(sliced.decoded.header, sliced.request, refusal))
     assert out == kw.encode_answer(kw.decode_request(f), [refusal])
-    assert longest < 0.05, f"a slice took {longest * 1000:.0f} ms"
+    assert slices[0] >= n // (kw.OFFSET_COMMIT_SLICE * 5)
 
 
 def test_error_counts_of_one_topic_of_many_partitions_go_in_slices() -> None:
