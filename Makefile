@@ -63,6 +63,7 @@ DURATION ?= 600
 chaos: setup
 	bash scripts/chaos-soak.sh $(DURATION)
 
+# cleaner_bench: the log cleaner's MB/s beside raw read MB/s of the same segments (issue 30).
 # Every figure of issue 15 from one run, each case with its CPU seconds per process, so a
 # regression shows: throughput (send, send_batch), latency at 20k rec/s with linger_ms=0, consumer.
 # 1M records: at ~500k records/s a 400k run lasted 0.8 s, a fifth of it filling and draining the
@@ -71,6 +72,7 @@ BENCH_RECORDS ?= 1000000
 bench: setup
 	@echo "cores: $$(nproc)"
 	$(PY) bench/log_bench.py
+	$(PY) bench/cleaner_bench.py
 	$(PY) bench/validate_bench.py
 	$(PY) bench/rpc_cost_bench.py
 	$(PY) bench/replication_bench.py --records $(BENCH_RECORDS) --bulk --rate 20000 --rate-linger-ms 0

@@ -62,6 +62,31 @@ class GroupPartition:
     log_end_offset: int
     lag: int | None
     owner: str | None
+    # kafka-consumer-groups' CONSUMER-ID, HOST, CLIENT-ID of the member that owns the partition.
+    consumer_id: str | None = None
+    host: str | None = None
+    client_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupMemberDescription:
+    """One member as kafka-consumer-groups --describe --members shows it."""
+    consumer_id: str
+    host: str
+    client_id: str
+    group_instance_id: str | None
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class GroupStateDescription:
+    """A group as kafka-consumer-groups --describe --state shows it."""
+    group: str
+    coordinator_id: int
+    coordinator: str
+    assignment_strategy: str
+    state: str
+    members: int
 
 
 class AdminClient:
@@ -125,6 +150,65 @@ class AdminClient:
         for r in resp.responses:
             raise_for(r.error_code, r.error_message or f"topic {r.name}")
 
+    def create_partitions(self, counts: dict[str, int], assignments: dict[str, list[list[int]]] | None = None,
+                          validate_only: bool = False) -> None:
+        """CreatePartitions (Kafka's api 37): grow each topic to ``counts[topic]`` partitions, placed by
+        the brokers or, per topic in ``assignments``, one replica list per new partition. Raises the
+        first topic's error; returns once every new partition has a leader."""
+        req = pb.CreatePartitionsRequest(timeout_ms=int(self.timeout_s * 1000), validate_only=validate_only)
+        for topic, count in counts.items():
+            req.topics.add(name=topic, count=count, assignments=[
+                pb.CreatePartitionsAssignment(broker_ids=list(r)) for r in (assignments or {}).get(topic, [])])
+        resp = self._any().CreatePartitions(req, timeout=self.timeout_s + 5)
+        for r in resp.results:
+            raise_for(r.error_code, r.error_message or f"topic {r.name}")
+
+    def delete_records(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int | errors.KafkaError]:
+        """DeleteRecords (Kafka's api 21), sent to each partition's leader: every record below the
+        given offset (-1: the high watermark) goes. Per partition: its new low watermark, or the
+        typed error (leadership moves are retried, as Kafka's AdminClient does)."""
+        out: dict[TopicPartition, int | errors.KafkaError] = {}
+        todo = dict(offsets)
+        for attempt in range(4):
+            if attempt:
+                self.view.refresh(sorted({tp.topic for tp in todo}))
+            by_leader: dict[Any, list[TopicPartition]] = {}
+            for tp in todo:
+                try:
+                    conn, _pl = self.view.leader_connection(tp.topic, tp.partition)
+                except errors.KafkaError as e:
+                    out[tp] = e
+                    continue
+                by_leader.setdefault(conn, []).append(tp)
+            retry: dict[TopicPartition, int] = {}
+            for conn, tps in by_leader.items():
+                req = pb.DeleteRecordsRequest(timeout_ms=int(self.timeout_s * 1000))
+                for topic in dict.fromkeys(tp.topic for tp in tps):
+                    req.topics.add(name=topic, partitions=[pb.DeleteRecordsPartition(partition=tp.partition,
+                                                                                     offset=todo[tp])
+                                                           for tp in tps if tp.topic == topic])
+                try:
+                    resp = conn.api.DeleteRecords(req, timeout=self.timeout_s + 5)
+                except grpc.RpcError as e:
+                    for tp in tps:
+                        out[tp] = rpc_error(e, conn.address)
+                        retry[tp] = todo[tp]
+                    continue
+                for tr in resp.topics:
+                    for pr in tr.partitions:
+                        tp = TopicPartition(tr.name, pr.partition)
+                        if pr.error_code == E.NONE:
+                            out[tp] = pr.low_watermark
+                            continue
+                        err = errors.for_code(pr.error_code)(pr.error_message or f"{tp.topic}-{tp.partition}")
+                        out[tp] = err
+                        if pr.error_code in (E.NOT_LEADER_OR_FOLLOWER, E.LEADER_NOT_AVAILABLE):
+                            retry[tp] = todo[tp]
+            if not retry:
+                break
+            todo = retry
+        return out
+
     def list_topics(self) -> list[str]:
         resp = self.view.refresh(None)
         return sorted(t.name for t in resp.topics)
@@ -180,6 +264,80 @@ class AdminClient:
                 "controller_epoch": resp.controller_epoch,
                 "brokers": [{"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
                             for b in sorted(resp.brokers, key=lambda b: b.broker_id)]}
+
+    # ------------------------------------------------------------ per-broker views (issue 30)
+
+    def _broker_api(self, broker_id: int) -> Any:
+        """The gRPC stub of broker ``broker_id`` (DescribeLogDirs and broker configs are asked of the
+        broker they describe, as Kafka's AdminClient does)."""
+        if broker_id not in self.view.brokers:
+            self.view.refresh([])
+        address = self.view.brokers.get(broker_id)
+        if address is None:
+            raise errors.BrokerNotAvailableError(f"broker {broker_id} is not in the cluster's metadata")
+        return self.view.connection(address).api
+
+    def describe_cluster_full(self, include_authorized_operations: bool = False) -> pb.DescribeClusterResponse:
+        """DescribeCluster (Kafka's api 60): cluster id, controller, brokers with racks, and the
+        cluster operations the caller may perform when asked."""
+        resp: pb.DescribeClusterResponse = self._any().DescribeCluster(pb.DescribeClusterRequest(
+            include_cluster_authorized_operations=include_authorized_operations), timeout=self.timeout_s)
+        raise_for(resp.error_code, resp.error_message)
+        return resp
+
+    def describe_log_dirs(self, broker_ids: Sequence[int] | None = None,
+                          topics: Sequence[str] | None = None) -> dict[int, pb.DescribeLogDirsResponse]:
+        """broker id -> its DescribeLogDirs answer (every partition, or those of ``topics``), for
+        ``broker_ids`` or every live broker."""
+        if broker_ids is None:
+            broker_ids = [b.broker_id for b in self.describe_cluster_full().brokers]
+        wanted: list[pb.DescribeLogDirsTopic] = []
+        if topics is not None:
+            self.view.refresh(list(topics))
+            wanted = [pb.DescribeLogDirsTopic(topic=t, partitions=self.view.partitions_of(t)) for t in topics]
+        out: dict[int, pb.DescribeLogDirsResponse] = {}
+        for b in broker_ids:
+            req = pb.DescribeLogDirsRequest(all_partitions=topics is None, topics=wanted)
+            resp: pb.DescribeLogDirsResponse = self._broker_api(b).DescribeLogDirs(req, timeout=self.timeout_s)
+            raise_for(resp.error_code, f"broker {b}")
+            out[b] = resp
+        return out
+
+    def describe_config_entries(self, resource_type: pb.ConfigResourceType, name: str,
+                                broker_id: int | None = None) -> list[pb.ConfigEntry]:
+        """DescribeConfigs of one resource, every entry with its source and sensitivity; a broker's
+        resource is asked of ``broker_id`` (the default, "", of any broker)."""
+        api = self._any() if broker_id is None else self._broker_api(broker_id)
+        resp = api.DescribeConfigs(pb.DescribeConfigsRequest(resources=[pb.DescribeConfigsResource(
+            resource_type=resource_type, resource_name=name)]), timeout=self.timeout_s)
+        r = resp.results[0]
+        raise_for(r.error_code, r.error_message)
+        return list(r.configs)
+
+    def list_offsets(self, topic: str, partitions: Sequence[int], timestamp: int) -> dict[int, int]:
+        """partition -> offset for ``timestamp`` (-1 latest, -2 earliest, else the first offset at or
+        after that time; -1 when there is none), asked of each partition's leader (ListOffsets)."""
+        out: dict[int, int] = {}
+        for p in partitions:
+            conn, _pl = self.view.leader_connection(topic, p)
+            r = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[pb.ListOffsetsTopic(
+                name=topic, partitions=[pb.ListOffsetsPartition(partition=p, timestamp=timestamp)])]),
+                timeout=self.timeout_s).topics[0].partitions[0]
+            raise_for(r.error_code, f"{topic}-{p}")
+            out[p] = r.offset
+        return out
+
+    def describe_producers(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, list[pb.ActiveProducer]]:
+        """partition -> its active idempotent producers (DescribeProducers, asked of its leader)."""
+        out: dict[TopicPartition, list[pb.ActiveProducer]] = {}
+        for tp in partitions:
+            conn, _pl = self.view.leader_connection(tp.topic, tp.partition)
+            resp = conn.api.DescribeProducers(pb.DescribeProducersRequest(topics=[pb.DescribeProducersTopic(
+                name=tp.topic, partitions=[tp.partition])]), timeout=self.timeout_s)
+            r = resp.topics[0].partitions[0]
+            raise_for(r.error_code, r.error_message or f"{tp.topic}-{tp.partition}")
+            out[tp] = list(r.active_producers)
+        return out
 
     def elect_preferred_leaders(self, partitions: Sequence[TopicPartition],
                                 timeout_ms: int = 30000) -> dict[TopicPartition, str]:
@@ -276,6 +434,7 @@ class AdminClient:
         desc = member.describe()
         committed = member.fetch_offsets(None)
         owners: dict[tuple[str, int], str] = {}
+        owning: dict[tuple[str, int], Any] = {}
         for m in desc.members:
             try:
                 assigned = decode_assignment(m.member_assignment)
@@ -284,6 +443,7 @@ class AdminClient:
             for topic, parts in assigned.items():
                 for p in parts:
                     owners[(topic, p)] = m.client_id or m.member_id
+                    owning[(topic, p)] = m
         topics = {t for t, _ in committed} | {t for t, _ in owners}
         if not topics and desc.group_state in ("Dead", "Empty") and not desc.members:
             raise errors.GroupIdNotFoundError(f"group {group!r} does not exist")
@@ -296,8 +456,35 @@ class AdminClient:
                 current = committed.get((topic, p))
                 leo = offsets.get(p, (-1, -1))[0]
                 lag = leo - current if current is not None and leo >= 0 else None
-                out.append(GroupPartition(topic, p, current, leo, lag, owners.get((topic, p))))
+                who = owning.get((topic, p))
+                out.append(GroupPartition(topic, p, current, leo, lag, owners.get((topic, p)),
+                                          who.member_id if who is not None else None,
+                                          who.client_host if who is not None else None,
+                                          who.client_id if who is not None else None))
         return out
+
+    def describe_group_members(self, group: str) -> list[GroupMemberDescription]:
+        """kafka-consumer-groups --describe --members: each member and the partitions it owns."""
+        out = []
+        for m in self._member(group).describe().members:
+            try:
+                assigned = decode_assignment(m.member_assignment)
+            except errors.KafkaError:
+                assigned = {}
+            out.append(GroupMemberDescription(m.member_id, m.client_host, m.client_id, m.group_instance_id or None,
+                                              tuple(TopicPartition(t, p) for t, ps in sorted(assigned.items())
+                                                    for p in sorted(ps))))
+        return sorted(out, key=lambda d: d.consumer_id)
+
+    def describe_group_state(self, group: str) -> GroupStateDescription:
+        """kafka-consumer-groups --describe --state: coordinator, assignment strategy, state, members."""
+        member = self._member(group)
+        desc = member.describe()
+        address = member.coordinator().address
+        self.view.refresh([])
+        coordinator_id = next((b for b, a in self.view.brokers.items() if a == address), -1)
+        return GroupStateDescription(group, coordinator_id, address, desc.protocol_data, desc.group_state,
+                                     len(desc.members))
 
     def delete_groups(self, groups: Sequence[str]) -> dict[str, int]:
         """Kafka's deleteConsumerGroups: the error code per group (NONE when deleted; NON_EMPTY_GROUP
@@ -312,8 +499,10 @@ class AdminClient:
 
     def reset_group_offsets(self, group: str, topic: str, to: str, value: int | None = None,
                             execute: bool = False) -> dict[TopicPartition, int]:
-        """to: earliest | latest | offset | timestamp. A dry run unless ``execute``; refused while
-        the group has live members (as kafka-consumer-groups does; the coordinator refuses too)."""
+        """to: earliest | latest | offset | timestamp | shift (the committed offset, or the latest
+        without one, moved by ``value``; kafka-consumer-groups' --shift-by), clamped into each
+        partition's range. A dry run unless ``execute``; refused while the group has live members
+        (as kafka-consumer-groups does; the coordinator refuses too)."""
         member = self._member(group)
         if execute and member.describe().members:
             raise errors.InvalidRequestError(f"group {group!r} has active members; stop them first")
@@ -322,6 +511,7 @@ class AdminClient:
         if not parts:
             raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         offsets = self._offsets(topic, parts)
+        committed = member.fetch_offsets([(topic, p) for p in parts]) if to == "shift" else {}
         plan: dict[TopicPartition, int] = {}
         for p in parts:
             hw, start = offsets[p]
@@ -331,6 +521,8 @@ class AdminClient:
                 plan[TopicPartition(topic, p)] = hw
             elif to == "offset" and value is not None:
                 plan[TopicPartition(topic, p)] = min(max(value, start), hw)
+            elif to == "shift" and value is not None:
+                plan[TopicPartition(topic, p)] = min(max(committed.get((topic, p), hw) + value, start), hw)
             elif to == "timestamp" and value is not None:
                 conn, _pl = self.view.leader_connection(topic, p)
                 r = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[pb.ListOffsetsTopic(

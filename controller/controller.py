@@ -45,6 +45,7 @@ from kazoo.protocol.states import KazooState
 from kazoo.retry import RetryFailedError
 
 from controller import controlled_shutdown, reassignment, topic_deletion
+from controller.assignment import added_partitions
 from controller.channel import ControllerChannelManager, RequestBatch
 from controller.context import ControllerContext
 from controller.election import imbalanced_partitions
@@ -58,6 +59,7 @@ from controller.events import (
     Event,
     Expire,
     IsrChangeNotification,
+    PartitionModifications,
     PartitionReassignment,
     PreferredReplicaElection,
     Reconnected,
@@ -67,6 +69,7 @@ from controller.events import (
     StopReplicaResponseReceived,
     TopicChange,
     TopicDeletion,
+    UncleanElection,
 )
 from controller.partition_state_machine import (
     Scope,
@@ -90,7 +93,7 @@ from controller.state_machine import ElectionStrategy, PartitionState, ReplicaSt
 from proto import minikafka_pb2 as pb
 from proto.names import TopicPartition
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
-from zk.client import ControllerMovedError, KafkaZkClient, PartialCommitError
+from zk.client import ControllerMovedError, KafkaZkClient, PartialCommitError, ZkWrite
 from zk.data import (
     NO_LEADER,
     BrokerIdsZNode,
@@ -165,6 +168,11 @@ class KafkaController:
         self._last_zk_state = KazooState.CONNECTED
         self._watch_token: object | None = None
         self._controller_watch_token: object | None = None
+        # The active term's watches of each topic's assignment znode (PartitionModifications): kazoo's
+        # DataWatch re-reads after a reconnect and fires on a changed version, so these live as long
+        # as the term (not re-armed by Reconnected, unlike the child watches).
+        self._topic_watch_token: object | None = None
+        self._watched_topics: set[str] = set()
         self._stopped = threading.Event()
         self.events: ControllerEventManager | None = ControllerEventManager(self.process) if threaded else None
         # Events put while not threaded (the simulation takes them from here).
@@ -205,6 +213,16 @@ class KafkaController:
     def on_session_reestablished(self) -> None:
         self.put(Reelect())
 
+    def submit_unclean_election(self, partitions: list[TopicPartition]) \
+            -> concurrent.futures.Future[dict[TopicPartition, tuple[int, str]]]:
+        """ElectLeaders UNCLEAN (Kafka's ReplicaLeaderElection event): NOT_CONTROLLER on any other broker."""
+        ev = UncleanElection(list(partitions))
+        if not self.active:
+            ev.reply.set_result(_not_controller(partitions))
+            return ev.reply
+        self.put(ev)
+        return ev.reply
+
     def submit_controlled_shutdown(self, broker_id: int, broker_epoch: int) \
             -> concurrent.futures.Future[pb.ControlledShutdownResponse]:
         ev = ControlledShutdown(broker_id, broker_epoch)
@@ -223,6 +241,8 @@ class KafkaController:
             self._stopped.set()
             return
         if not self.active and not isinstance(ev, ALWAYS):
+            if isinstance(ev, UncleanElection):
+                ev.reply.set_result(_not_controller(ev.partitions))
             return
         if isinstance(ev, ControlledShutdown) and not self.active:
             ev.reply.set_result(pb.ControlledShutdownResponse(error_code=pb.ErrorCode.NOT_CONTROLLER))
@@ -251,6 +271,8 @@ class KafkaController:
         finally:
             if isinstance(ev, ControlledShutdown) and not ev.reply.done():
                 ev.reply.set_result(pb.ControlledShutdownResponse(error_code=pb.ErrorCode.NOT_CONTROLLER))
+            if isinstance(ev, UncleanElection) and not ev.reply.done():
+                ev.reply.set_result(_not_controller(ev.partitions))
 
     def _run_planned(self, fn: Callable[[Scope], R]) -> R:
         """Run ``fn`` on a copy of the context, commit its staged writes guarded by the controller
@@ -422,6 +444,8 @@ class KafkaController:
         self.active = False
         self._generation += 1
         self._watch_token = None
+        self._topic_watch_token = None
+        self._watched_topics = set()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -454,6 +478,9 @@ class KafkaController:
                     raise
                 log.info("controller %d: resuming conflicted after a partial commit (%s); loading again",
                          self.broker_id, e)
+        self._topic_watch_token = object()
+        self._watched_topics = set()
+        self._watch_topics(sorted(self.ctx.assignments))
         # Active only once everything is loaded and the resumed state is committed (item 6).
         self.active = True
         log.info("broker %d is now the controller, controller epoch %d", self.broker_id, epoch,
@@ -625,6 +652,84 @@ class KafkaController:
     def _on_topic_change(self, _ev: TopicChange) -> None:
         topics = set(self.zk.get_topics())
         self._run_planned(lambda s: self._topic_change(s, topics))
+        self._watched_topics &= set(self.ctx.assignments)  # a topic created again gets a watch of its own
+        self._watch_topics(sorted(set(self.ctx.assignments) - self._watched_topics))
+
+    # ------------------------------------------------------------ partitions added to a topic
+
+    def _watch_topics(self, topics: list[str]) -> None:
+        """Watch each topic's assignment znode (Kafka's PartitionModificationsHandler). The watch's
+        first call, made here on the event thread, is skipped when it shows the version the
+        controller loaded; a version that moved in between, and every later change, is an event."""
+        token = self._topic_watch_token
+        if token is None:
+            return
+        for topic in topics:
+            if topic in self._watched_topics:
+                continue
+            self._watched_topics.add(topic)
+            arming = [True]
+            loaded = self.ctx.assignment_versions.get(topic)
+
+            def on_data(data: bytes | None, stat: Any, topic: str = topic, arming: list[bool] = arming,
+                        loaded: int | None = loaded) -> bool | None:
+                if self._topic_watch_token is not token or stat is None:
+                    return False  # another term's watch, or the topic is gone (a new one is watched anew)
+                if arming[0] and stat.version == loaded:
+                    return None
+                self.put(PartitionModifications(topic))
+                return None
+
+            self.zk.watch_data(TopicZNode.path(topic), on_data)
+            arming[0] = False
+
+    def _on_partition_modifications(self, ev: PartitionModifications) -> None:
+        topic = ev.topic
+        if topic not in self.ctx.assignments:
+            return  # a new topic is TopicChange's; a deleted one is gone
+        loaded = self.zk.get_assignment_with_version(topic)
+        if loaded is None:
+            return
+        assignment, version = loaded
+        self._run_planned(lambda s: self._partition_modifications(s, topic, assignment, version))
+
+    def _partition_modifications(self, s: Scope, topic: str, current: dict[int, list[int]], version: int) -> None:
+        """Start the partitions the topic's znode has and the controller has not started (Kafka's
+        processPartitionModifications -> onNewPartitionCreation): NEW, a leader elected, its state
+        znode created (staged), LeaderAndIsr to its replicas, UpdateMetadata to every broker. The
+        replicas of started partitions are the controller's to change (reassignment): a znode
+        that says otherwise gets the controller's view back, as Kafka 2.x restores it."""
+        ctx = s.ctx
+        known = ctx.assignments.get(topic)
+        if known is None:
+            return
+        started = [p for p in known if (topic, p) in ctx.partition_states]
+        new, changed = added_partitions(known, current, started)
+        if topic in ctx.topics_to_be_deleted:
+            if new:
+                log.info("controller: not adding partitions %s to %s: it is being deleted", sorted(new), topic)
+            return
+        merged = {p: r for p, r in known.items() if p in set(started)} | new
+        ctx.assignments[topic] = merged
+        if version > ctx.assignment_versions.get(topic, -1):
+            ctx.assignment_versions[topic] = version
+        if changed:
+            log.warning("controller: the replicas of %s partitions %s changed behind the controller; restoring",
+                        topic, changed)
+            v = ctx.assignment_versions[topic]
+            s.plan.stage(ZkWrite("set", TopicZNode.path(topic), TopicZNode.encode(merged), v))
+            ctx.assignment_versions[topic] = v + 1
+        if not new:
+            return
+        log.info("controller: new partitions of %s: %s", topic, new,
+                 extra={"event": "partitions_added", "topic": topic, "partition": -1})
+        tps = [(topic, p) for p in sorted(new)]
+        for tp in tps:
+            transition(s, tp, PartitionState.NEW)
+            for r in ctx.replicas(tp):
+                if (tp, r) not in ctx.replica_states:
+                    replica_transition(s, tp, r, ReplicaState.NEW)
+        trigger_online_partition_state_change(s, tps)
 
     def _topic_change(self, s: Scope, topics: set[str]) -> None:
         ctx = s.ctx
@@ -677,6 +782,29 @@ class KafkaController:
             return False
         return elect(s, tp, ElectionStrategy.PREFERRED)
 
+    def _on_unclean_election(self, ev: UncleanElection) -> None:
+        """Kafka 2.8's processReplicaLeaderElection for UNCLEAN: a partition whose leader is live needs
+        no election; one without gets its first live replica (in the ISR first, any otherwise)."""
+
+        def plan(s: Scope) -> dict[TopicPartition, tuple[int, str]]:
+            ctx = s.ctx
+            out: dict[TopicPartition, tuple[int, str]] = {}
+            for tp in ev.partitions:
+                st = ctx.leadership.get(tp)
+                if st is None:
+                    out[tp] = (pb.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                elif tp[0] in ctx.topics_to_be_deleted:
+                    out[tp] = (pb.ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is being deleted")
+                elif st.leader_and_isr.leader in ctx.serving_broker_ids:
+                    out[tp] = (pb.ErrorCode.ELECTION_NOT_NEEDED, "")
+                elif elect(s, tp, ElectionStrategy.OFFLINE, force_unclean=True):
+                    out[tp] = (pb.ErrorCode.NONE, "")
+                else:
+                    out[tp] = (pb.ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no replica of the partition is live")
+            return out
+
+        ev.reply.set_result(self._run_planned(plan))  # on failure: NOT_CONTROLLER (``process``)
+
     def _on_auto_rebalance(self, _ev: AutoRebalance) -> None:
         def plan(s: Scope) -> None:
             ctx = s.ctx
@@ -728,6 +856,10 @@ class KafkaController:
         resp = self._run_planned(lambda s: controlled_shutdown.on_controlled_shutdown(s, ev.broker_id,
                                                                                        ev.broker_epoch))
         ev.reply.set_result(resp)
+
+
+def _not_controller(partitions: list[TopicPartition]) -> dict[TopicPartition, tuple[int, str]]:
+    return {tp: (pb.ErrorCode.NOT_CONTROLLER, "this broker is not the controller") for tp in partitions}
 
 
 def _snake(name: str) -> str:

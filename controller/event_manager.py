@@ -24,6 +24,7 @@ from controller.events import (
     Event,
     Expire,
     IsrChangeNotification,
+    PartitionModifications,
     PartitionReassignment,
     PreferredReplicaElection,
     Reconnected,
@@ -51,6 +52,8 @@ def enqueue(queue: deque[Event] | list[Event], event: Event) -> int:
         return dropped
     if type(event) in LOOK_AGAIN and any(type(e) is type(event) for e in queue):
         return 0
+    if isinstance(event, PartitionModifications) and event in queue:
+        return 0  # the same topic's look-again, already waiting
     queue.append(event)
     return 0
 

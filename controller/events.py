@@ -59,6 +59,14 @@ class TopicDeletion(Event):
 
 
 @dataclass
+class PartitionModifications(Event):
+    """A topic's assignment znode changed (Kafka's PartitionModifications): partitions may have
+    been added (CreatePartitions)."""
+
+    topic: str
+
+
+@dataclass
 class PreferredReplicaElection(Event):
     pass
 
@@ -82,6 +90,16 @@ class PartitionReassignment(Event):
 class StopReplicaResponseReceived(Event):
     broker_id: int
     response: pb.StopReplicaResponse
+
+
+@dataclass
+class UncleanElection(Event):
+    """ElectLeaders of election type UNCLEAN (KIP-460), from this broker's API layer."""
+
+    partitions: list[tuple[str, int]]
+    # partition -> (wire error code, message)
+    reply: concurrent.futures.Future[dict[tuple[str, int], tuple[int, str]]] = field(
+        default_factory=concurrent.futures.Future)
 
 
 @dataclass

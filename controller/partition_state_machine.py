@@ -123,10 +123,13 @@ def unclean_enabled(s: Scope, topic: str) -> bool:
     return raw.strip().lower() == "true"
 
 
-def elect(s: Scope, tp: TopicPartition, strategy: ElectionStrategy, target_replicas: Iterable[int] = ()) -> bool:
+def elect(s: Scope, tp: TopicPartition, strategy: ElectionStrategy, target_replicas: Iterable[int] = (),
+          *, force_unclean: bool = False) -> bool:
+    """``force_unclean``: an OFFLINE election that may pick a replica out of the ISR whatever the
+    topic's unclean.leader.election.enable (an admin's ElectLeaders UNCLEAN)."""
     ctx = s.ctx
     live = ctx.serving_broker_ids if strategy is not ElectionStrategy.CONTROLLED_SHUTDOWN else set(ctx.live_brokers)
-    unclean = unclean_enabled(s, tp[0])
+    unclean = force_unclean or unclean_enabled(s, tp[0])
     outcome: dict[str, bool] = {}
 
     def compute(current: LeaderAndIsr) -> LeaderAndIsr | None:

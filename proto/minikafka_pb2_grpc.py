@@ -79,6 +79,16 @@ class KafkaApiStub:
                 request_serializer=proto_dot_minikafka__pb2.DeleteTopicsRequest.SerializeToString,
                 response_deserializer=proto_dot_minikafka__pb2.DeleteTopicsResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/CreatePartitions',
+                request_serializer=proto_dot_minikafka__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/DeleteRecords',
+                request_serializer=proto_dot_minikafka__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.DeleteRecordsResponse.FromString,
+                _registered_method=True)
         self.DescribeConfigs = channel.unary_unary(
                 '/minikafka.v1.KafkaApi/DescribeConfigs',
                 request_serializer=proto_dot_minikafka__pb2.DescribeConfigsRequest.SerializeToString,
@@ -194,6 +204,21 @@ class KafkaApiStub:
                 request_serializer=proto_dot_minikafka__pb2.OffsetDeleteRequest.SerializeToString,
                 response_deserializer=proto_dot_minikafka__pb2.OffsetDeleteResponse.FromString,
                 _registered_method=True)
+        self.DescribeCluster = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/DescribeCluster',
+                request_serializer=proto_dot_minikafka__pb2.DescribeClusterRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.DescribeClusterResponse.FromString,
+                _registered_method=True)
+        self.DescribeLogDirs = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/DescribeLogDirs',
+                request_serializer=proto_dot_minikafka__pb2.DescribeLogDirsRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.DescribeLogDirsResponse.FromString,
+                _registered_method=True)
+        self.DescribeProducers = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/DescribeProducers',
+                request_serializer=proto_dot_minikafka__pb2.DescribeProducersRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.DescribeProducersResponse.FromString,
+                _registered_method=True)
 
 
 class KafkaApiServicer:
@@ -260,6 +285,18 @@ class KafkaApiServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteTopics(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreatePartitions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteRecords(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -404,6 +441,24 @@ class KafkaApiServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeCluster(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeLogDirs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeProducers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KafkaApiServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -451,6 +506,16 @@ def add_KafkaApiServicer_to_server(servicer, server):
                     servicer.DeleteTopics,
                     request_deserializer=proto_dot_minikafka__pb2.DeleteTopicsRequest.FromString,
                     response_serializer=proto_dot_minikafka__pb2.DeleteTopicsResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=proto_dot_minikafka__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=proto_dot_minikafka__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.DeleteRecordsResponse.SerializeToString,
             ),
             'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeConfigs,
@@ -566,6 +631,21 @@ def add_KafkaApiServicer_to_server(servicer, server):
                     servicer.OffsetDelete,
                     request_deserializer=proto_dot_minikafka__pb2.OffsetDeleteRequest.FromString,
                     response_serializer=proto_dot_minikafka__pb2.OffsetDeleteResponse.SerializeToString,
+            ),
+            'DescribeCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeCluster,
+                    request_deserializer=proto_dot_minikafka__pb2.DescribeClusterRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.DescribeClusterResponse.SerializeToString,
+            ),
+            'DescribeLogDirs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeLogDirs,
+                    request_deserializer=proto_dot_minikafka__pb2.DescribeLogDirsRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.DescribeLogDirsResponse.SerializeToString,
+            ),
+            'DescribeProducers': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeProducers,
+                    request_deserializer=proto_dot_minikafka__pb2.DescribeProducersRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.DescribeProducersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -811,6 +891,60 @@ class KafkaApi:
             '/minikafka.v1.KafkaApi/DeleteTopics',
             proto_dot_minikafka__pb2.DeleteTopicsRequest.SerializeToString,
             proto_dot_minikafka__pb2.DeleteTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/CreatePartitions',
+            proto_dot_minikafka__pb2.CreatePartitionsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/DeleteRecords',
+            proto_dot_minikafka__pb2.DeleteRecordsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.DeleteRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1432,6 +1566,87 @@ class KafkaApi:
             '/minikafka.v1.KafkaApi/OffsetDelete',
             proto_dot_minikafka__pb2.OffsetDeleteRequest.SerializeToString,
             proto_dot_minikafka__pb2.OffsetDeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/DescribeCluster',
+            proto_dot_minikafka__pb2.DescribeClusterRequest.SerializeToString,
+            proto_dot_minikafka__pb2.DescribeClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeLogDirs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/DescribeLogDirs',
+            proto_dot_minikafka__pb2.DescribeLogDirsRequest.SerializeToString,
+            proto_dot_minikafka__pb2.DescribeLogDirsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeProducers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/DescribeProducers',
+            proto_dot_minikafka__pb2.DescribeProducersRequest.SerializeToString,
+            proto_dot_minikafka__pb2.DescribeProducersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -735,6 +735,20 @@ class KafkaZkClient:
     def set_assignment(self, topic: str, assignment: dict[int, list[int]]) -> None:
         self._r(self.zk.set, TopicZNode.path(topic), TopicZNode.encode(assignment))
 
+    def set_assignment_if_version(self, topic: str, assignment: dict[int, list[int]], version: int) -> bool:
+        """Write a topic's assignment (partitions added: Kafka's AdminZkClient.addPartitions) only if
+        its znode is still at ``version``; False when someone wrote it meanwhile (or it is gone). A
+        retried set whose first reply was lost is recognised: our data at ``version + 1``."""
+        data = TopicZNode.encode(assignment)
+        try:
+            self._r(self.zk.set, TopicZNode.path(topic), data, version=version)
+        except NoNodeError:
+            return False
+        except BadVersionError:
+            current = self._read(TopicZNode.path(topic))
+            return current is not None and current[0] == data and current[1] == version + 1
+        return True
+
     def set_partition_reassignment(self, reassignment: dict[TopicPartitionId, list[int]]) -> None:
         """Rewrite /admin/reassign_partitions with what is left; delete it when nothing is."""
         try:

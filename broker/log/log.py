@@ -433,7 +433,7 @@ class Log:
                              first + info.shallow_offset_of_max_timestamp, append_time, now_ms)
         if idempotent and self._producer_state is not None:
             for b in idempotent:
-                self._producer_state.update(b, offsets[b.position])
+                self._producer_state.update(b, offsets[b.position], max_ts if append_time >= 0 else None)
         return result
 
     def _check_producer_state(self, idempotent: tuple[BatchInfo, ...], info: BatchesInfo) -> LogAppendInfo | None:
@@ -602,6 +602,22 @@ class Log:
         """Store the high watermark, clamped to [log_start_offset, LEO]; returns it."""
         self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
         return self.high_watermark
+
+    def maybe_increment_log_start_offset(self, new_offset: int) -> bool:
+        """Move the log start offset up to ``new_offset`` (Kafka's maybeIncrementLogStartOffset:
+        DeleteRecords on the leader, the leader's log start on a follower); never beyond the high
+        watermark (OFFSET_OUT_OF_RANGE). Offsets below it are unreadable at once; retention deletes
+        the segments wholly below it. Returns True when it moved (the caller checkpoints it)."""
+        if new_offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset of {self.topic}-{self.partition} to {new_offset}: "
+                f"beyond the high watermark {self.high_watermark}")
+        if new_offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = new_offset
+        if self.epoch_cache.truncate_from_start(new_offset):
+            self._checkpoint_epochs()
+        return True
 
     def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
         """S8.2, on becoming leader: like an append, this only marks the checkpoint dirty."""

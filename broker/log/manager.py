@@ -156,6 +156,14 @@ class LogManager:
     def _logs_with_dirs(self) -> list[tuple[TopicPartition, Log, Path]]:
         return [(tp, log, self._dir_of[tp]) for tp, log in self._logs.items()]
 
+    def logs_by_dir(self) -> dict[Path, list[tuple[TopicPartition, Log]]]:
+        """Every log directory (those without logs too), in configured order, with its logs
+        (DescribeLogDirs)."""
+        out: dict[Path, list[tuple[TopicPartition, Log]]] = {d: [] for d in self.log_dirs}
+        for tp, log in sorted(self._logs.items()):
+            out.setdefault(self._dir_of[tp], []).append((tp, log))
+        return out
+
     def _defer(self, log: Log) -> None:
         if self._flusher is not None:
             log.defer_roll_flush = True

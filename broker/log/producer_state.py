@@ -39,6 +39,7 @@ class BatchMetadata:
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    last_timestamp: int = -1  # the max timestamp of its last batch (DescribeProducers)
 
     @property
     def last_seq(self) -> int:
@@ -64,6 +65,8 @@ class ProducerBatch(Protocol):
     def last_sequence(self) -> int: ...
     @property
     def last_offset_delta(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
 
 
 def _next_seq(seq: int) -> int:
@@ -111,8 +114,9 @@ class ProducerStateManager:
                 f"producer {header.producer_id}: expected sequence {expected}, got {header.base_sequence}")
         return None
 
-    def update(self, header: ProducerBatch, base_offset: int) -> None:
-        """Record an appended batch (leader or follower) whose first offset is ``base_offset``."""
+    def update(self, header: ProducerBatch, base_offset: int, timestamp: int | None = None) -> None:
+        """Record an appended batch (leader or follower) whose first offset is ``base_offset``;
+        ``timestamp``: its max timestamp as stored, where the log rewrote it (LogAppendTime)."""
         if header.producer_id < 0 or header.base_sequence < 0:
             return
         entry = self.producers.get(header.producer_id)
@@ -123,6 +127,7 @@ class ProducerStateManager:
             return
         entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence, base_offset,
                                            base_offset + header.last_offset_delta))
+        entry.last_timestamp = header.max_timestamp if timestamp is None else timestamp
 
     def rebuild(self, headers: Iterable[BatchHeader]) -> None:
         """From the batch headers of the whole log, in offset order."""

@@ -97,6 +97,17 @@ def _delete_topics(r: pb.DeleteTopicsRequest, c: pb.ErrorCode) -> pb.DeleteTopic
     return pb.DeleteTopicsResponse(responses=[pb.DeletableTopicResult(name=n, error_code=c) for n in r.topic_names])
 
 
+def _create_partitions(r: pb.CreatePartitionsRequest, c: pb.ErrorCode) -> pb.CreatePartitionsResponse:
+    return pb.CreatePartitionsResponse(results=[pb.CreatePartitionsTopicResult(name=t.name, error_code=c)
+                                                for t in r.topics])
+
+
+def _delete_records(r: pb.DeleteRecordsRequest, c: pb.ErrorCode) -> pb.DeleteRecordsResponse:
+    return pb.DeleteRecordsResponse(topics=[pb.DeleteRecordsTopicResult(name=t.name, partitions=[
+        pb.DeleteRecordsPartitionResult(partition=p.partition, error_code=c, low_watermark=-1)
+        for p in t.partitions]) for t in r.topics])
+
+
 def _describe_configs(r: pb.DescribeConfigsRequest, c: pb.ErrorCode) -> pb.DescribeConfigsResponse:
     return pb.DescribeConfigsResponse(results=[pb.DescribeConfigsResult(
         error_code=c, resource_type=x.resource_type, resource_name=x.resource_name) for x in r.resources])
@@ -165,6 +176,15 @@ def _offset_delete(r: pb.OffsetDeleteRequest, c: pb.ErrorCode) -> pb.OffsetDelet
         pb.OffsetDeletePartitionResponse(partition=p, error_code=c) for p in t.partitions]) for t in r.topics])
 
 
+def _describe_cluster(_r: pb.DescribeClusterRequest, c: pb.ErrorCode) -> pb.DescribeClusterResponse:
+    return pb.DescribeClusterResponse(error_code=c, controller_id=-1, cluster_authorized_operations=-(1 << 31))
+
+
+def _describe_producers(r: pb.DescribeProducersRequest, c: pb.ErrorCode) -> pb.DescribeProducersResponse:
+    return pb.DescribeProducersResponse(topics=[pb.DescribeProducersTopicResult(name=t.name, partitions=[
+        pb.DescribeProducersPartition(partition=p, error_code=c) for p in t.partitions]) for t in r.topics])
+
+
 # The catalogue, in the order of minikafka.proto's services.
 APIS: Final[tuple[Api, ...]] = (
     # KafkaApi: clients (and, for FollowerFetch, followers)
@@ -178,6 +198,9 @@ APIS: Final[tuple[Api, ...]] = (
         _offsets_for_leader_epoch, kafka_key=23),
     Api("CreateTopics", pb.CreateTopicsRequest, pb.CreateTopicsResponse, _create_topics, kafka_key=19),
     Api("DeleteTopics", pb.DeleteTopicsRequest, pb.DeleteTopicsResponse, _delete_topics, kafka_key=20),
+    Api("CreatePartitions", pb.CreatePartitionsRequest, pb.CreatePartitionsResponse, _create_partitions,
+        kafka_key=37),
+    Api("DeleteRecords", pb.DeleteRecordsRequest, pb.DeleteRecordsResponse, _delete_records, kafka_key=21),
     Api("DescribeConfigs", pb.DescribeConfigsRequest, pb.DescribeConfigsResponse, _describe_configs,
         kafka_key=32),
     Api("AlterConfigs", pb.AlterConfigsRequest, pb.AlterConfigsResponse, _alter_configs, kafka_key=33),
@@ -208,6 +231,10 @@ APIS: Final[tuple[Api, ...]] = (
     Api("DescribeGroups", pb.DescribeGroupsRequest, pb.DescribeGroupsResponse, _describe_groups, kafka_key=15),
     Api("DeleteGroups", pb.DeleteGroupsRequest, pb.DeleteGroupsResponse, _delete_groups, kafka_key=42),
     Api("OffsetDelete", pb.OffsetDeleteRequest, pb.OffsetDeleteResponse, _offset_delete, kafka_key=47),
+    Api("DescribeCluster", pb.DescribeClusterRequest, pb.DescribeClusterResponse, _describe_cluster, kafka_key=60),
+    Api("DescribeLogDirs", pb.DescribeLogDirsRequest, pb.DescribeLogDirsResponse, kafka_key=35),
+    Api("DescribeProducers", pb.DescribeProducersRequest, pb.DescribeProducersResponse, _describe_producers,
+        kafka_key=61),
     # BrokerControl: the controller's requests to every broker
     Api("LeaderAndIsr", pb.LeaderAndIsrRequest, pb.LeaderAndIsrResponse, service=BROKER_CONTROL,
         control_plane=True, fenced=True, kafka_key=4),

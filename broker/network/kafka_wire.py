@@ -106,6 +106,8 @@ SUPPORTED: Final[dict[int, tuple[str, int, int]]] = {
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 6),
     20: ("DeleteTopics", 1, 5),
+    21: ("DeleteRecords", 0, 2),
+    37: ("CreatePartitions", 0, 3),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetsForLeaderEpoch", 2, 4),
     32: ("DescribeConfigs", 1, 4),
@@ -114,6 +116,21 @@ SUPPORTED: Final[dict[int, tuple[str, int, int]]] = {
     42: ("DeleteGroups", 0, 2),
     47: ("OffsetDelete", 0, 0),
     44: ("IncrementalAlterConfigs", 0, 1),
+    # Issue 30 (broker.server.describe_apis). DescribeCluster: v0, Kafka 2.8's (v1's endpoint type
+    # asks for KRaft controllers). DescribeLogDirs: kio has v1+; v3 says CLUSTER_AUTHORIZATION_FAILED,
+    # v4 the file system's total and usable bytes (v5's cordoned directories do not exist here).
+    60: ("DescribeCluster", 0, 0),
+    35: ("DescribeLogDirs", 1, 4),
+    61: ("DescribeProducers", 0, 0),
+    # Kafka 2.8's versions (kio has no ACL v0: Kafka 4.0 dropped it; ACL v3 adds USER resources).
+    29: ("DescribeAcls", 1, 2),
+    30: ("CreateAcls", 1, 2),
+    31: ("DeleteAcls", 1, 2),
+    43: ("ElectLeaders", 0, 2),
+    45: ("AlterPartitionReassignments", 0, 0),
+    46: ("ListPartitionReassignments", 0, 0),
+    50: ("DescribeUserScramCredentials", 0, 0),
+    51: ("AlterUserScramCredentials", 0, 0),
 }
 
 
@@ -955,6 +972,33 @@ def _delete_topics_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
                           for t in resp.responses]}
 
 
+def _create_partitions(r: Any, _h: Header) -> Plan:
+    # assignments: null (the broker places the new partitions) or one broker list per new partition.
+    return [("CreatePartitions", pb.CreatePartitionsRequest(
+        timeout_ms=ms(r.timeout), validate_only=r.validate_only, topics=[pb.CreatePartitionsTopic(
+            name=t.name, count=t.count, assignments=[pb.CreatePartitionsAssignment(broker_ids=list(a.broker_ids))
+                                                     for a in t.assignments or ()]) for t in r.topics]))]
+
+
+def _create_partitions_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.CreatePartitionsResponse = a[0]
+    return {"results": [{"name": t.name, "error_code": t.error_code, "error_message": t.error_message or None}
+                        for t in resp.results]}
+
+
+def _delete_records(r: Any, _h: Header) -> Plan:
+    return [("DeleteRecords", pb.DeleteRecordsRequest(timeout_ms=ms(r.timeout), topics=[pb.DeleteRecordsTopic(
+        name=t.name, partitions=[pb.DeleteRecordsPartition(partition=p.partition_index, offset=p.offset)
+                                 for p in t.partitions]) for t in r.topics]))]
+
+
+def _delete_records_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.DeleteRecordsResponse = a[0]
+    return {"topics": [{"name": t.name, "partitions": [
+        {"partition_index": p.partition, "low_watermark": p.low_watermark, "error_code": p.error_code}
+        for p in t.partitions]} for t in resp.topics]}
+
+
 def _describe_configs(r: Any, _h: Header) -> Plan:
     return [("DescribeConfigs", pb.DescribeConfigsRequest(resources=[
         pb.DescribeConfigsResource(resource_type=x.resource_type, resource_name=x.resource_name,
@@ -962,14 +1006,21 @@ def _describe_configs(r: Any, _h: Header) -> Plan:
         for x in r.resources]))]
 
 
-def _describe_configs_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+def _describe_configs_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    # Synonyms (v1+) and documentation (v3+) only when the request asks for them, as Kafka.
     resp: pb.DescribeConfigsResponse = a[0]
+    synonyms = bool(getattr(r, "include_synonyms", False))
+    docs = bool(getattr(r, "include_documentation", False))
     return {"results": [{"error_code": x.error_code, "error_message": x.error_message or None,
                          "resource_type": x.resource_type, "resource_name": x.resource_name,
                          "configs": [{"name": c.name, "value": None if c.is_sensitive else c.value,
                                       "read_only": c.read_only, "config_source": c.source,
-                                      "is_sensitive": c.is_sensitive, "synonyms": (), "config_type": 0,
-                                      "documentation": None} for c in x.configs]}
+                                      "is_sensitive": c.is_sensitive,
+                                      "synonyms": tuple({"name": y.name, "value": None if c.is_sensitive else y.value,
+                                                         "source": y.source} for y in c.synonyms) if synonyms else (),
+                                      "config_type": c.config_type,
+                                      "documentation": (c.documentation or None) if docs else None}
+                                     for c in x.configs]}
                         for x in resp.results]}
 
 
@@ -1182,18 +1233,257 @@ def _describe_groups_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
                        for g in resp.groups]}
 
 
+# ------------------------------------------------------------------ elections, reassignments, ACLs, SCRAM users
+
+_MECHANISMS: Final = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}  # Kafka's ScramMechanism bytes
+_MECHANISM_TYPES: Final = {v: k for k, v in _MECHANISMS.items()}
+# Kafka's AclOperation / AclPermissionType bytes and the authorizer's names; ANY (1) is a filter's
+# "anything" (the empty string); UNKNOWN (0) and unknown bytes match nothing and are refused in creations.
+_ACL_OPERATIONS: Final = {1: "", 2: "All", 3: "Read", 4: "Write", 5: "Create", 6: "Delete", 7: "Alter",
+                          8: "Describe", 9: "ClusterAction", 10: "DescribeConfigs", 11: "AlterConfigs",
+                          12: "IdempotentWrite"}
+_ACL_OPERATION_TYPES: Final = {v: k for k, v in _ACL_OPERATIONS.items() if v}
+_ACL_PERMISSIONS: Final = {1: "", 2: "Deny", 3: "Allow"}
+_ACL_PERMISSION_TYPES: Final = {v: k for k, v in _ACL_PERMISSIONS.items() if v}
+_ANY: Final = 1  # Kafka's ResourceType.ANY / PatternType.ANY
+_LITERAL: Final = 3  # Kafka's PatternType.LITERAL: every binding here
+_UNKNOWN_ENUM: Final = -1  # Kafka's UNKNOWN (0) in a request: matches nothing, refused in a creation
+
+
+def _acl_message(code: int, message: str) -> str | None:
+    """Kafka's words where no authorizer is configured (the typed error answer carries none)."""
+    return message or ("No Authorizer is configured on the broker" if code == pb.ErrorCode.SECURITY_DISABLED else None)
+
+
+def _acl_resource_type(kafka: int) -> int:
+    """Kafka's ResourceType (TOPIC 2, GROUP 3, CLUSTER 4 as minikafka's) -> AclResourceType."""
+    return pb.AclResourceType.ANY_RESOURCE if kafka == _ANY else kafka if kafka > 0 else _UNKNOWN_ENUM
+
+
+def _acl_pattern_type(kafka: int) -> int:
+    return kafka if kafka > 0 else _UNKNOWN_ENUM  # the AclPatternType values are Kafka's
+
+
+def _acl_filter(resource_type: int, name: str | None, pattern: int, principal: str | None, host: str | None,
+                operation: int, permission: int) -> pb.AclFilter:
+    return pb.AclFilter(resource_type=_acl_resource_type(resource_type), resource_name=_s(name),  # type: ignore[arg-type]
+                        pattern_type=_acl_pattern_type(pattern), principal=_s(principal), host=_s(host),  # type: ignore[arg-type]
+                        operation=_ACL_OPERATIONS.get(operation, "Unknown"),
+                        permission_type=_ACL_PERMISSIONS.get(permission, "Unknown"))
+
+
+def _acl_binding_out(b: pb.AclBinding) -> dict[str, Any]:
+    return {"resource_type": int(b.resource_type), "resource_name": b.resource_name, "pattern_type": _LITERAL,
+            "principal": b.principal, "host": b.host, "operation": _ACL_OPERATION_TYPES.get(b.operation, 0),
+            "permission_type": _ACL_PERMISSION_TYPES.get(b.permission_type, 0)}
+
+
+def _create_acls(r: Any, _h: Header) -> Plan:
+    return [("CreateAcls", pb.CreateAclsRequest(creations=[pb.AclBinding(
+        resource_type=_acl_resource_type(c.resource_type), resource_name=c.resource_name,  # type: ignore[arg-type]
+        pattern_type=_acl_pattern_type(c.resource_pattern_type), principal=c.principal, host=c.host,  # type: ignore[arg-type]
+        operation=_ACL_OPERATIONS.get(c.operation, "Unknown"),
+        permission_type=_ACL_PERMISSIONS.get(c.permission_type, "Unknown")) for c in r.creations]))]
+
+
+def _create_acls_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.CreateAclsResponse = a[0]
+    return {"results": [{"error_code": x.error_code, "error_message": _acl_message(x.error_code, x.error_message)}
+                        for x in resp.results]}
+
+
+def _describe_acls(r: Any, _h: Header) -> Plan:
+    return [("DescribeAcls", pb.DescribeAclsRequest(filter=_acl_filter(
+        r.resource_type_filter, r.resource_name_filter, r.pattern_type_filter, r.principal_filter, r.host_filter,
+        r.operation, r.permission_type)))]
+
+
+def _describe_acls_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.DescribeAclsResponse = a[0]
+    resources: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for b in resp.acls:  # Kafka's answer: the bindings grouped by resource
+        resources.setdefault((int(b.resource_type), b.resource_name), []).append(_acl_binding_out(b))
+    return {"error_code": resp.error_code, "error_message": _acl_message(resp.error_code, resp.error_message),
+            "resources": [
+        {"resource_type": t, "resource_name": n, "pattern_type": _LITERAL, "acls": acls}
+        for (t, n), acls in resources.items()]}
+
+
+def _delete_acls(r: Any, _h: Header) -> Plan:
+    return [("DeleteAcls", pb.DeleteAclsRequest(filters=[_acl_filter(
+        f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter, f.principal_filter, f.host_filter,
+        f.operation, f.permission_type) for f in r.filters]))]
+
+
+def _delete_acls_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.DeleteAclsResponse = a[0]
+    return {"filter_results": [{"error_code": x.error_code, "error_message": _acl_message(x.error_code, x.error_message),
+                                "matching_acls": [{"error_code": 0, "error_message": None, **_acl_binding_out(b)}
+                                                  for b in x.matching_acls]} for x in resp.filter_results]}
+
+
+def _describe_user_scram_credentials(r: Any, _h: Header) -> Plan:
+    # null and empty both mean every user, as Kafka reads them.
+    return [("DescribeUserScramCredentials", pb.DescribeUserScramCredentialsRequest(
+        users=[u.name for u in r.users or ()]))]
+
+
+def _describe_user_scram_credentials_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.DescribeUserScramCredentialsResponse = a[0]
+    return {"error_code": resp.error_code, "error_message": resp.error_message or None, "results": [
+        {"user": x.user, "error_code": x.error_code, "error_message": x.error_message or None,
+         "credential_infos": [{"mechanism": _MECHANISM_TYPES.get(x.mechanism, 0), "iterations": x.iterations}]
+         if x.mechanism else []} for x in resp.results]}
+
+
+def _alter_user_scram_credentials(r: Any, _h: Header) -> Plan:
+    return [("AlterUserScramCredentials", pb.AlterUserScramCredentialsRequest(
+        deletions=[pb.ScramCredentialDeletion(name=d.name, mechanism=_MECHANISMS.get(d.mechanism, "UNKNOWN"))
+                   for d in r.deletions],
+        upsertions=[pb.ScramCredentialUpsertion(name=u.name, mechanism=_MECHANISMS.get(u.mechanism, "UNKNOWN"),
+                                                iterations=u.iterations, salt=u.salt,
+                                                salted_password=u.salted_password) for u in r.upsertions]))]
+
+
+def _alter_user_scram_credentials_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.AlterUserScramCredentialsResponse = a[0]
+    results: dict[str, pb.UserResult] = {}
+    for x in resp.results:  # Kafka answers once per user: its first refusal, if any
+        if x.user not in results or (x.error_code and not results[x.user].error_code):
+            results[x.user] = x
+    return {"results": [{"user": x.user, "error_code": x.error_code, "error_message": x.error_message or None}
+                        for x in results.values()]}
+
+
+def _by_topic(results: Sequence[pb.PartitionResult]) -> dict[str, list[pb.PartitionResult]]:
+    out: dict[str, list[pb.PartitionResult]] = {}
+    for p in results:
+        out.setdefault(p.topic_name, []).append(p)
+    return out
+
+
+def _elect_leaders(r: Any, _h: Header) -> Plan:
+    if r.topic_partitions is not None and not r.topic_partitions:
+        return []  # Kafka's empty (not null) list elects nothing: answered with no results
+    return [("ElectLeaders", pb.ElectLeadersRequest(
+        timeout_ms=ms(r.timeout), election_type=int(getattr(r, "election_type", 0)),  # type: ignore[arg-type]
+        partitions=[pb.TopicPartitionRef(topic_name=t.topic, partition_index=p)
+                    for t in r.topic_partitions or () for p in t.partitions]))]
+
+
+def _elect_leaders_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp = a[0] if a else pb.ElectLeadersResponse()
+    return {"error_code": resp.error_code, "replica_election_results": [
+        {"topic": t, "partition_result": [{"partition_id": p.partition_index, "error_code": p.error_code,
+                                           "error_message": p.error_message or None} for p in ps]}
+        for t, ps in _by_topic(resp.results).items()]}
+
+
+def _alter_partition_reassignments(r: Any, _h: Header) -> Plan:
+    return [("AlterPartitionReassignments", pb.AlterPartitionReassignmentsRequest(
+        timeout_ms=ms(r.timeout), partitions=[pb.ReassignablePartition(
+            topic_name=t.name, partition_index=p.partition_index, replicas=list(p.replicas or ()),
+            cancel=p.replicas is None) for t in r.topics for p in t.partitions]))]
+
+
+def _alter_partition_reassignments_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.AlterPartitionReassignmentsResponse = a[0]
+    return {"error_code": resp.error_code, "error_message": resp.error_message or None, "responses": [
+        {"name": t, "partitions": [{"partition_index": p.partition_index, "error_code": p.error_code,
+                                    "error_message": p.error_message or None} for p in ps]}
+        for t, ps in _by_topic(resp.results).items()]}
+
+
+def _list_partition_reassignments(_r: Any, _h: Header) -> Plan:
+    return [("ListPartitionReassignments", pb.ListPartitionReassignmentsRequest())]
+
+
+def _list_partition_reassignments_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.ListPartitionReassignmentsResponse = a[0]
+    wanted = None if r.topics is None else {(t.name, p) for t in r.topics for p in t.partition_indexes}
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for x in resp.reassignments:  # Kafka lists the requested partitions that are being reassigned
+        if wanted is None or (x.topic_name, x.partition_index) in wanted:
+            topics.setdefault(x.topic_name, []).append({
+                "partition_index": x.partition_index, "replicas": list(x.current_replicas or x.replicas),
+                "adding_replicas": list(x.adding_replicas), "removing_replicas": list(x.removing_replicas)})
+    return {"error_code": resp.error_code, "error_message": resp.error_message or None,
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+
+
+# ------------------------------------------------------------------ DescribeCluster, DescribeLogDirs, DescribeProducers
+
+
+def _describe_cluster(r: Any, _h: Header) -> Plan:
+    return [("DescribeCluster", pb.DescribeClusterRequest(
+        include_cluster_authorized_operations=r.include_cluster_authorized_operations))]
+
+
+def _describe_cluster_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.DescribeClusterResponse = a[0]
+    return {"error_code": resp.error_code, "error_message": resp.error_message or None,
+            "cluster_id": resp.cluster_id, "controller_id": resp.controller_id,
+            "cluster_authorized_operations": resp.cluster_authorized_operations,
+            "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
+                        for b in resp.brokers]}
+
+
+def _describe_log_dirs(r: Any, _h: Header) -> Plan:
+    # A null topic list (Kafka's isAllTopicPartitions) asks for every partition of the broker.
+    if r.topics is None:
+        return [("DescribeLogDirs", pb.DescribeLogDirsRequest(all_partitions=True))]
+    return [("DescribeLogDirs", pb.DescribeLogDirsRequest(topics=[
+        pb.DescribeLogDirsTopic(topic=t.topic, partitions=list(t.partitions)) for t in r.topics]))]
+
+
+def _describe_log_dirs_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.DescribeLogDirsResponse = a[0]
+    # v1-v2 have no top-level error: a refused request is an empty list there (Kafka 2.8's answer).
+    return {"error_code": resp.error_code, "results": [
+        {"error_code": d.error_code, "log_dir": d.log_dir, "total_bytes": d.total_bytes,
+         "usable_bytes": d.usable_bytes, "topics": [{"name": t.name, "partitions": [
+             {"partition_index": p.partition, "partition_size": p.size, "offset_lag": p.offset_lag,
+              "is_future_key": p.is_future} for p in t.partitions]} for t in d.topics]}
+        for d in resp.results]}
+
+
+def _describe_producers(r: Any, _h: Header) -> Plan:
+    return [("DescribeProducers", pb.DescribeProducersRequest(topics=[
+        pb.DescribeProducersTopic(name=t.name, partitions=list(t.partition_indexes)) for t in r.topics]))]
+
+
+def _describe_producers_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.DescribeProducersResponse = a[0]
+    return {"topics": [{"name": t.name, "partitions": [
+        {"partition_index": p.partition, "error_code": p.error_code, "error_message": p.error_message or None,
+         "active_producers": [{"producer_id": x.producer_id, "producer_epoch": x.producer_epoch,
+                               "last_sequence": x.last_sequence, "last_timestamp": x.last_timestamp,
+                               "coordinator_epoch": x.coordinator_epoch,
+                               "current_txn_start_offset": x.current_txn_start_offset}
+                              for x in p.active_producers]} for p in t.partitions]} for t in resp.topics]}
+
+
 _TO_PB: Final[dict[int, Callable[[Any, Header], Plan]]] = {
+    21: _delete_records, 37: _create_partitions,
+    60: _describe_cluster, 35: _describe_log_dirs, 61: _describe_producers,
     0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 8: _offset_commit, 9: _offset_fetch,
     10: _find_coordinator, 11: _join_group, 12: _heartbeat, 13: _leave_group, 14: _sync_group,
     15: _describe_groups, 16: _list_groups, 19: _create_topics, 20: _delete_topics, 22: _init_producer_id,
     23: _offsets_for_leader_epoch, 32: _describe_configs, 33: _alter_configs, 44: _incremental_alter_configs,
     42: _delete_groups, 47: _offset_delete,
+    29: _describe_acls, 30: _create_acls, 31: _delete_acls, 43: _elect_leaders, 45: _alter_partition_reassignments,
+    46: _list_partition_reassignments, 50: _describe_user_scram_credentials, 51: _alter_user_scram_credentials,
 }
 _FROM_PB: Final[dict[int, Callable[[Any, Sequence[Any]], dict[str, Any]]]] = {
+    21: _delete_records_out, 37: _create_partitions_out,
+    60: _describe_cluster_out, 35: _describe_log_dirs_out, 61: _describe_producers_out,
     0: _produce_out, 1: _fetch_out, 2: _list_offsets_out, 3: _metadata_out, 8: _offset_commit_out,
     9: _offset_fetch_out, 10: _find_coordinator_out, 11: _join_group_out, 12: _error_only_out,
     13: _leave_group_out, 14: _sync_group_out, 15: _describe_groups_out, 16: _list_groups_out,
     19: _create_topics_out, 20: _delete_topics_out, 22: _init_producer_id_out, 23: _offsets_for_leader_epoch_out,
     32: _describe_configs_out, 33: _alter_configs_out, 44: _alter_configs_out,
     42: _delete_groups_out, 47: _offset_delete_out,
+    29: _describe_acls_out, 30: _create_acls_out, 31: _delete_acls_out, 43: _elect_leaders_out,
+    45: _alter_partition_reassignments_out, 46: _list_partition_reassignments_out,
+    50: _describe_user_scram_credentials_out, 51: _alter_user_scram_credentials_out,
 }

@@ -348,11 +348,14 @@ class ReplicaFetcher:
         p = st.partition
         if r.error_code == E.NONE:
             try:
-                self.rm.on_follower_data(st.partition, r.records, r.high_watermark)
+                if self.rm.on_follower_data(st.partition, r.records, r.high_watermark, r.log_start_offset):
+                    self._changed.add(tp)  # the next fetch tells the leader our new log start offset
             except Exception as e:
                 log.warning("%s-%d: cannot append fetched data: %s; truncating again", tp[0], tp[1], e)
                 self._truncate_again(tp, st)
                 return
+            if r.log_end_offset >= 0:
+                p.leader_log_end_offset = r.log_end_offset  # DescribeLogDirs' offset lag
             if r.records:
                 self._changed.add(tp)
             return

@@ -86,6 +86,12 @@ class Partition:
         self._zk_version = -1
         self._controller_epoch = 0
         self._leader_state: LeaderState | None = None
+        # On the leader: each follower's log start offset as its fetches said (DeleteRecords' low
+        # watermark, Kafka's Replica.logStartOffset); reset whenever this broker becomes leader.
+        self._follower_log_starts: dict[int, int] = {}
+        # A follower's last view of its leader's log end offset (the fetch answers'; -1: none yet),
+        # for DescribeLogDirs' offset lag. Reset whenever the leadership changes.
+        self.leader_log_end_offset = -1
 
     def __repr__(self) -> str:
         return (f"Partition({self.topic}-{self.partition}, leader={self._leader_id}, epoch={self._leader_epoch}, "
@@ -151,6 +157,16 @@ class Partition:
     def latest_epoch(self) -> int:
         return self._log.latest_epoch
 
+    @property
+    def log_end_offset_lag(self) -> int:
+        """DescribeLogDirs' offset lag (Kafka's ``getLogEndOffsetLag``): 0 for a leader; for a follower
+        the leader's log end offset it last heard of minus its own, else ``max(HW - LEO, 0)`` as Kafka."""
+        if self.is_leader:
+            return 0
+        if self.leader_log_end_offset >= 0:
+            return max(self.leader_log_end_offset - self._log.log_end_offset, 0)
+        return max(self._log.high_watermark - self._log.log_end_offset, 0)
+
     # ------------------------------------------------------------ leadership (LeaderAndIsr, StopReplica)
 
     def _assign(self, controller_epoch: int, leader_id: int, leader_epoch: int, replicas: Iterable[int],
@@ -161,11 +177,13 @@ class Partition:
         self._replicas = tuple(replicas)
         self._isr = tuple(isr)
         self._zk_version = zk_version
+        self.leader_log_end_offset = -1
 
     def make_leader(self, *, controller_epoch: int, leader_epoch: int, replicas: Iterable[int], isr: Iterable[int],
                     zk_version: int, now_ms: int, lag_max_ms: int) -> bool:
         """Become leader at ``leader_epoch`` (the caller checked it is newer). Returns True if the HW moved."""
         self._assign(controller_epoch, self.local_id, leader_epoch, replicas, isr, zk_version)
+        self._follower_log_starts = {}
         # S8.2: the new leader records where its epoch starts before any write, so followers
         # asking OffsetsForLeaderEpoch for an older epoch learn where it ended here.
         self._log.assign_epoch_start_offset(leader_epoch, self._log.log_end_offset)
@@ -298,6 +316,46 @@ class Partition:
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """S8.3 on the leader: (largest epoch <= ``epoch``, where it ends here)."""
         return self._log.end_offset_for_epoch(epoch)
+
+    # ------------------------------------------------------------ log start offset (DeleteRecords)
+
+    def delete_records_on_leader(self, offset: int) -> int:
+        """Kafka's Partition.deleteRecordsOnLeader: move the leader's log start offset to ``offset``
+        (-1: the high watermark); refused on a log whose cleanup.policy lacks delete, and for an
+        offset below 0 or beyond the high watermark. Returns the offset now required of every replica."""
+        self._require_leader()
+        if not self._log.config.delete:
+            raise errors.PolicyViolationError(
+                f"Records of partition {self.topic}-{self.partition} can not be deleted due to the configured policy")
+        converted = self._log.high_watermark if offset == -1 else offset
+        if converted < 0:
+            raise errors.OffsetOutOfRangeError(
+                f"the offset {offset} of {self.topic}-{self.partition} is neither -1 nor an offset")
+        self._log.maybe_increment_log_start_offset(converted)
+        return converted
+
+    def record_follower_log_start(self, replica_id: int, log_start_offset: int) -> bool:
+        """A valid follower fetch said where the follower's log starts; True when that moved."""
+        if self._leader_state is None or self._follower_log_starts.get(replica_id) == log_start_offset:
+            return False
+        self._follower_log_starts[replica_id] = log_start_offset
+        return True
+
+    def low_watermark(self, live_brokers: Iterable[int]) -> int:
+        """On the leader (Kafka's lowWatermarkIfLeader): the smallest log start offset of the replicas
+        on live brokers, the leader's own included; a follower not heard from yet counts as -1."""
+        self._require_leader()
+        live = set(live_brokers)
+        starts = [self._log.log_start_offset]
+        starts += [self._follower_log_starts.get(r, -1) for r in self._replicas if r != self.local_id and r in live]
+        return min(starts)
+
+    def maybe_increment_log_start_offset_as_follower(self, leader_log_start_offset: int) -> bool:
+        """Take the leader's log start offset from a fetch answer (Kafka's follower
+        maybeIncrementLogStartOffset), within our high watermark; True when it moved."""
+        if self._leader_state is not None or leader_log_start_offset < 0:
+            return False
+        return self._log.maybe_increment_log_start_offset(min(leader_log_start_offset, self._log.high_watermark))
 
     # ------------------------------------------------------------ follower: fetched data and truncation
 

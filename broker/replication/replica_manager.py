@@ -99,6 +99,10 @@ class ReplicaManager:
         # KIP-227: fetches on a session name and answer only the partitions that moved.
         self.fetch_sessions = FetchSessionCache(settings.fetch_session_cache_slots)
         self.produce_purgatory = Purgatory("produce")
+        # DeleteRecords waits here until every live replica's log start offset reached the request's
+        # (Kafka's DelayedDeleteRecords); keyed by partition, woken by follower fetches.
+        self.delete_records_purgatory = Purgatory("delete-records")
+        self._log_start_checkpoint: asyncio.TimerHandle | None = None
         self.fetcher_manager: FetcherManagerProtocol | None = None
         self._isr_writes: set[asyncio.Task[None]] = set()
         self._isr_changed: set[TopicPartition] = set()
@@ -172,6 +176,7 @@ class ReplicaManager:
             self._make_follower(p, s, endpoints.get(s.leader))
         self._wake_fetches(tp)
         self.produce_purgatory.notify(tp)
+        self.delete_records_purgatory.notify(tp)
         return E.NONE
 
     def _make_leader(self, p: Partition, s: pb.LeaderAndIsrPartitionState) -> None:
@@ -238,6 +243,7 @@ class ReplicaManager:
         if not self._check_controller_epoch(req.controller_epoch, "UpdateMetadata"):
             return pb.UpdateMetadataResponse(error_code=E.STALE_CONTROLLER_EPOCH)
         self.metadata.update(req)
+        self.delete_records_purgatory.notify_all()  # a replica's broker died: the low watermark may pass
         return pb.UpdateMetadataResponse(error_code=E.NONE)
 
     # ------------------------------------------------------------ produce
@@ -565,6 +571,8 @@ class ReplicaManager:
             return True
         lg = p.log
         bound = lg.log_end_offset if follower else lg.high_watermark
+        if follower and cp.log_start_offset < lg.log_start_offset != cp.answered_log_start_offset:
+            return True  # DeleteRecords moved the log start: the follower follows it (and says so) now
         return cp.fetch_offset < bound or not lg.log_start_offset <= cp.fetch_offset <= lg.log_end_offset
 
     def _read_session(self, req: pb.FetchRequest, session: FetchSession, candidates: list[TopicPartition],
@@ -687,6 +695,8 @@ class ReplicaManager:
                     continue
                 if result.high_watermark_moved:
                     self._on_high_watermark_moved(p)
+                if p.record_follower_log_start(req.replica_id, fp.log_start_offset):
+                    self.delete_records_purgatory.notify(p.tp)
                 change = result.isr_change
                 if change is not None:
                     self._write_isr(p, change.new_isr, change.expected_zk_version, change.reason)
@@ -848,10 +858,87 @@ class ReplicaManager:
 
     # ------------------------------------------------------------ followers' side
 
-    def on_follower_data(self, p: Partition, records: bytes, leader_high_watermark: int) -> None:
-        """Called by the fetcher with what it fetched for ``p``."""
+    def on_follower_data(self, p: Partition, records: bytes, leader_high_watermark: int,
+                         leader_log_start_offset: int = -1) -> bool:
+        """Called by the fetcher with what it fetched for ``p``; returns True when the leader's log
+        start offset moved ours (the fetcher tells the leader so with its next fetch)."""
         p.append_as_follower(records, leader_high_watermark, now_ms())
+        moved = p.maybe_increment_log_start_offset_as_follower(leader_log_start_offset)
+        if moved:
+            self._schedule_log_start_checkpoint()
         self._wake_fetches(p.tp)
+        return moved
+
+    # ------------------------------------------------------------ DeleteRecords (Kafka api 21)
+
+    async def handle_delete_records(self, req: pb.DeleteRecordsRequest,
+                                    ctx: RequestContext = LOCAL_CLIENT) -> pb.DeleteRecordsResponse:
+        """Kafka's ReplicaManager.deleteRecords: Delete on the topic; on the leader only, its log start
+        offset moved to the requested offset (-1: the high watermark) and checkpointed at once; the
+        answer - the partition's low watermark - waits (Kafka's DelayedDeleteRecords, bounded by the
+        timeout) until every replica on a live broker has moved its log start offset as far, which
+        followers do from their fetch answers and report with their next fetch."""
+        resp = pb.DeleteRecordsResponse()
+        entries = [(t.name, dp.partition) for t in req.topics for dp in t.partitions]
+        verdicts = iter(self._authorize(judge_partitions(entries, self.settings.max_request_partitions), entries,
+                                        ctx, "Delete"))
+        pending: list[tuple[Partition, pb.DeleteRecordsPartitionResult, int]] = []
+        moved = False
+        for td in req.topics:
+            tr = resp.topics.add(name=td.name)
+            for dp in td.partitions:
+                pr = tr.partitions.add(partition=dp.partition, low_watermark=-1)
+                verdict = next(verdicts)
+                if verdict != E.NONE:
+                    pr.error_code, pr.error_message = verdict, error_message(verdict)
+                    continue
+                try:
+                    p = self._leader_partition(td.name, dp.partition)
+                    before = p.log_start_offset
+                    required = p.delete_records_on_leader(dp.offset)
+                    if p.log_start_offset != before:
+                        moved = True
+                        self._wake_fetches(p.tp)
+                    pending.append((p, pr, required))
+                except errors.KafkaError as e:
+                    pr.error_code, pr.error_message = e.wire_code, e.message
+        if moved:
+            # Before answering: a crash of this leader must not bring the deleted records back.
+            self.log_manager.checkpoint_log_start_offsets()
+
+        def reached(p: Partition, required: int) -> bool:
+            return not p.is_leader or p.low_watermark(self.metadata.brokers) >= required
+
+        timeout_ms = min(max(req.timeout_ms, 0), self.settings.max_wait_ms)
+        await self.delete_records_purgatory.wait_until(
+            [p.tp for p, _pr, _r in pending], lambda: all(reached(p, r) for p, _pr, r in pending), timeout_ms / 1000.0)
+        for p, pr, required in pending:
+            if not p.is_leader:
+                pr.error_code = E.NOT_LEADER_OR_FOLLOWER
+                pr.error_message = "leadership moved before the replicas deleted the records"
+                continue
+            low = p.low_watermark(self.metadata.brokers)
+            if low >= required:
+                pr.low_watermark = low
+            else:
+                pr.error_code = E.REQUEST_TIMED_OUT
+                pr.error_message = (f"the leader's log starts at {p.log_start_offset}; not every replica did "
+                                    f"within the timeout (low watermark {low})")
+        return resp
+
+    def _schedule_log_start_checkpoint(self) -> None:
+        """A follower's log start offset moved: checkpoint it shortly, once for a burst of moves."""
+        if self._log_start_checkpoint is not None:
+            return
+
+        def write() -> None:
+            self._log_start_checkpoint = None
+            try:
+                self.log_manager.checkpoint_log_start_offsets()
+            except OSError as e:
+                log.warning("cannot checkpoint log start offsets: %s", e)
+
+        self._log_start_checkpoint = asyncio.get_running_loop().call_later(0.1, write)
 
     # ------------------------------------------------------------ ISR upkeep
 

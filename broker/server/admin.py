@@ -18,11 +18,18 @@ exceed ZooKeeper's 1 MiB limit is refused before ZooKeeper refuses it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
-from broker.log.config import TOPIC_CONFIG_NAMES, LogConfig
+from broker.log.config import (
+    CONFIG_TYPE_IDS,
+    TOPIC_CONFIG_NAMES,
+    TOPIC_CONFIGS,
+    LogConfig,
+    check_topic_config_name,
+)
 from broker.network.request_guard import error_message, judge_names, judge_partitions
 from broker.security.authorizer import (
     CLUSTER,
@@ -38,21 +45,29 @@ from broker.security.gatekeeper import Gatekeeper
 from broker.security.principal import LOCAL_CLIENT, RequestContext
 from broker.server.config import CONFIG_DEFS, BrokerConfig
 from broker.server.metadata_cache import MetadataCache
-from controller.assignment import assign_replicas, validate_manual_assignment
+from controller.assignment import assign_replicas, plan_added_partitions, validate_manual_assignment
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.names import ILLEGAL_GROUP_CHARS, validate_group_id, validate_topic_name
 from proto.scram import MAX_ITERATIONS, MECHANISM, MIN_ITERATIONS, credential_from_salted
 from zk.client import KafkaZkClient
-from zk.data import MAX_ZNODE_BYTES, ConfigTopicZNode, TopicPartitionId, TopicZNode
+from zk.data import MAX_ZNODE_BYTES, ConfigTopicZNode, DeleteTopicsZNode, TopicPartitionId, TopicZNode
 
 E = pb.ErrorCode
+# The filter pattern types a LITERAL binding may match.
+_LITERAL_MATCHING: Final = frozenset({pb.AclPatternType.PATTERN_UNSPECIFIED, pb.AclPatternType.PATTERN_ANY,
+                                      pb.AclPatternType.PATTERN_MATCH, pb.AclPatternType.PATTERN_LITERAL})
+UncleanElection = Callable[[list[tuple[str, int]]],
+                           "concurrent.futures.Future[dict[tuple[str, int], tuple[int, str]]]"]
 
 
 class AdminManager:
     def __init__(self, config: BrokerConfig, zk: KafkaZkClient, metadata: MetadataCache,
-                 topic_config: Callable[[str], LogConfig], gate: Gatekeeper | None = None) -> None:
+                 topic_config: Callable[[str], LogConfig], gate: Gatekeeper | None = None,
+                 unclean_election: UncleanElection | None = None) -> None:
         self.config = config
+        # The controller's unclean election of leaderless partitions: partition -> (code, message).
+        self.unclean_election = unclean_election
         self.zk = zk
         self.metadata = metadata
         self.topic_config = topic_config
@@ -206,6 +221,74 @@ class AdminManager:
                 r.error_message = "deletion requested; not finished within the timeout"
         return resp
 
+    # ------------------------------------------------------------ CreatePartitions (Kafka api 37)
+
+    async def create_partitions(self, req: pb.CreatePartitionsRequest,
+                                ctx: RequestContext = LOCAL_CLIENT) -> pb.CreatePartitionsResponse:
+        """Grow topics (Kafka's AdminManager.createPartitions + AdminZkClient.addPartitions): Alter on
+        the topic; the new partitions placed (``plan_added_partitions``) and written into the topic's
+        assignment znode, conditional on the version read - the controller sees the znode change
+        (PartitionModifications) and starts them; then, bounded by the timeout, until this broker's
+        metadata shows every new partition led (Kafka's DelayedCreatePartitions)."""
+        resp = pb.CreatePartitionsResponse()
+        grown: dict[str, int] = {}
+        verdicts = judge_names([t.name for t in req.topics], self.config.max_request_partitions)
+        for t, verdict in zip(req.topics, verdicts, strict=True):
+            r = resp.results.add(name=t.name)
+            if verdict == E.NONE and not self.gate.allowed(ctx, "Alter", TOPIC, t.name):
+                verdict = E.TOPIC_AUTHORIZATION_FAILED
+            if verdict != E.NONE:
+                r.error_code, r.error_message = verdict, error_message(verdict)
+                continue
+            try:
+                count = await self._add_partitions(t, req.validate_only)
+                if not req.validate_only:
+                    grown[t.name] = count
+            except errors.KafkaError as e:
+                r.error_code = e.wire_code
+                r.error_message = e.message
+        if grown:
+            def led() -> dict[str, bool]:
+                return {n: all((p := self.metadata.partition(n, i)) is not None and p.leader >= 0
+                               for i in range(c)) for n, c in grown.items()}
+
+            deadline = time.monotonic() + min(max(0, req.timeout_ms), self.config.request_timeout_ms) / 1000.0
+            while time.monotonic() < deadline and not all(led().values()):
+                await asyncio.sleep(0.02)
+            done = led()
+            for r in resp.results:
+                if r.name in grown and not done[r.name]:
+                    r.error_code = errors.wire_code(errors.RequestTimedOutError.code)
+                    r.error_message = "partitions added; their leaders were not elected within the timeout"
+        return resp
+
+    async def _add_partitions(self, t: pb.CreatePartitionsTopic, validate_only: bool) -> int:
+        """Validate, place and (unless ``validate_only``) write ``t``'s new partitions; returns the new
+        count. A write that lost the race to another one (the znode's version moved) is planned again
+        against what is there now - a concurrent CreatePartitions to the same count then fails."""
+        validate_topic_name(t.name)
+        if await asyncio.to_thread(self.zk.path_exists, DeleteTopicsZNode.path(t.name)):
+            raise errors.InvalidTopicError("The topic is queued for deletion.")
+        for _attempt in range(5):
+            loaded = await asyncio.to_thread(self.zk.get_assignment_with_version, t.name)
+            if loaded is None:
+                raise errors.UnknownTopicOrPartitionError(f"The topic '{t.name}' does not exist.")
+            existing, version = loaded
+            live = await asyncio.to_thread(self.zk.get_broker_ids)
+            proposed = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
+            added = plan_added_partitions(existing, t.count, proposed, live, self.config.max_partitions_per_topic)
+            assignment = {**existing, **added}
+            size = TopicZNode.encoded_size(assignment)
+            if size > MAX_ZNODE_BYTES:
+                raise errors.PolicyViolationError(
+                    f"the assignment of {len(assignment)} partitions is {size} bytes, over ZooKeeper's "
+                    f"{MAX_ZNODE_BYTES}-byte znode limit")
+            if validate_only:
+                return t.count
+            if await asyncio.to_thread(self.zk.set_assignment_if_version, t.name, assignment, version):
+                return t.count
+        raise errors.UnknownServerError(f"the assignment of {t.name} kept changing; try again")
+
     # ------------------------------------------------------------ configs
 
     async def describe_configs(self, req: pb.DescribeConfigsRequest,
@@ -224,29 +307,14 @@ class AdminManager:
                     if not await asyncio.to_thread(self.zk.topic_exists, res.resource_name):
                         raise errors.UnknownTopicOrPartitionError(f"topic {res.resource_name!r} does not exist")
                     overrides = await asyncio.to_thread(self.zk.get_topic_config, res.resource_name)
-                    defaults = self.config.default_log_config().to_topic_configs()
-                    for name, value in sorted(defaults.items()):
-                        if res.configuration_keys and name not in res.configuration_keys:
-                            continue
-                        if name in overrides:
-                            r.configs.add(name=name, value=overrides[name], source=pb.ConfigSource.DYNAMIC_TOPIC_CONFIG)
-                        else:
-                            r.configs.add(name=name, value=value, is_default=True,
-                                          source=pb.ConfigSource.DEFAULT_CONFIG)
+                    r.configs.extend(topic_config_entries(self.config, overrides, res.configuration_keys))
                 elif res.resource_type == pb.ConfigResourceType.BROKER:
                     if res.resource_name not in ("", str(self.config.broker_id)):
-                        raise errors.InvalidRequestError(f"this is broker {self.config.broker_id}")
+                        raise errors.InvalidRequestError(f"unexpected broker id, expected {self.config.broker_id} "
+                                                         f"or empty string, but received {res.resource_name!r}")
                     if not self.gate.cluster_allowed(ctx, "DescribeConfigs"):
                         raise errors.ClusterAuthorizationFailedError(f"{ctx.principal} may not describe broker configs")
-                    for name, d in sorted(_broker_config_items(self.config).items()):
-                        if res.configuration_keys and name not in res.configuration_keys:
-                            continue
-                        if name in SENSITIVE_BROKER_CONFIGS:
-                            # Kafka shows sensitive configs as null: the entry, never the value.
-                            r.configs.add(name=name, read_only=True, is_sensitive=True,
-                                          source=pb.ConfigSource.STATIC_BROKER_CONFIG)
-                            continue
-                        r.configs.add(name=name, value=d, read_only=True, source=pb.ConfigSource.STATIC_BROKER_CONFIG)
+                    r.configs.extend(broker_config_entries(self.config, res.resource_name, res.configuration_keys))
                 else:
                     raise errors.InvalidRequestError(f"unknown resource type {res.resource_type}")
             except errors.KafkaError as e:
@@ -272,8 +340,7 @@ class AdminManager:
                     raise errors.UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
                 current = await asyncio.to_thread(self.zk.get_topic_config, topic)
                 for c in res.configs:
-                    if c.name not in TOPIC_CONFIG_NAMES:
-                        raise errors.InvalidConfigError(f"unknown topic config {c.name!r}")
+                    check_topic_config_name(c.name)  # unknown or refused by name: INVALID_CONFIG
                     if c.op == pb.AlterConfigOp.DELETE:
                         current.pop(c.name, None)
                     elif c.op == pb.AlterConfigOp.SET:
@@ -322,8 +389,12 @@ class AdminManager:
     async def elect_leaders(self, req: pb.ElectLeadersRequest,
                             ctx: RequestContext = LOCAL_CLIENT) -> pb.ElectLeadersResponse:
         """Preferred replica election (KIP-460), carried out by the controller through
-        /admin/preferred_replica_election as in Kafka 2.x."""
+        /admin/preferred_replica_election as in Kafka 2.x; unclean elections by the controller
+        itself (``unclean_election``: on the controller's broker only, NOT_CONTROLLER elsewhere,
+        as Kafka 2.8 answers)."""
         self._require_cluster(ctx, "Alter")
+        if req.election_type == pb.ElectionType.UNCLEAN:
+            return await self._elect_unclean(req)
         resp = pb.ElectLeadersResponse(error_code=E.NONE)
         if req.partitions:
             wanted = [(p.topic_name, p.partition_index) for p in req.partitions]
@@ -359,6 +430,46 @@ class AdminManager:
                                  error_message="" if ok else "the preferred replica is not live or not in the ISR")
         return resp
 
+    async def _elect_unclean(self, req: pb.ElectLeadersRequest) -> pb.ElectLeadersResponse:
+        """Kafka's UNCLEAN election: a partition with a live leader needs none (ELECTION_NOT_NEEDED);
+        one without gets any live replica as leader, in the ISR or not (ELIGIBLE_LEADERS_NOT_AVAILABLE
+        when no replica is live)."""
+        resp = pb.ElectLeadersResponse(error_code=E.NONE)
+        if req.partitions:
+            wanted = [(p.topic_name, p.partition_index) for p in req.partitions]
+        else:
+            wanted = [(t, p) for t, parts in sorted(self.metadata.partitions.items()) for p in sorted(parts)]
+        verdicts = judge_partitions(wanted, self.config.max_request_partitions)
+        todo: list[tuple[str, int]] = []
+        for (topic, part), verdict in zip(wanted, verdicts, strict=True):
+            info = self.metadata.partition(topic, part) if verdict == E.NONE else None
+            if verdict == E.NONE and info is None:
+                verdict = E.UNKNOWN_TOPIC_OR_PARTITION
+            if verdict != E.NONE:
+                resp.results.add(topic_name=topic, partition_index=part, error_code=verdict,
+                                 error_message=error_message(verdict))
+            elif info is not None and info.leader >= 0:
+                if req.partitions:
+                    resp.results.add(topic_name=topic, partition_index=part, error_code=E.ELECTION_NOT_NEEDED)
+            else:
+                todo.append((topic, part))
+        if not todo:
+            return resp
+        if self.unclean_election is None:
+            outcome: dict[tuple[str, int], tuple[int, str]] = {
+                tp: (E.NOT_CONTROLLER, "this broker is not the controller") for tp in todo}
+        else:
+            try:  # bounded: a controller that resigns meanwhile answers NOT_CONTROLLER, but never wait forever
+                outcome = await asyncio.wait_for(asyncio.wrap_future(self.unclean_election(todo)),
+                                                 self.config.request_timeout_ms / 1000.0)
+            except TimeoutError:
+                outcome = {tp: (E.REQUEST_TIMED_OUT, "the controller did not answer in time") for tp in todo}
+        for tp in todo:
+            code, message = outcome.get(tp, (E.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no live replica"))
+            resp.results.add(topic_name=tp[0], partition_index=tp[1], error_code=code,
+                             error_message=message)
+        return resp
+
     def _leads_preferred(self, topic: str, partition: int) -> bool:
         info = self.metadata.partition(topic, partition)
         return info is not None and bool(info.replicas) and info.leader == info.replicas[0]
@@ -373,11 +484,20 @@ class AdminManager:
         entries = [(p.topic_name, p.partition_index) for p in req.partitions]
         verdicts = judge_partitions(entries, self.config.max_request_partitions)
         live = set(await asyncio.to_thread(self.zk.get_broker_ids))
+        running = await asyncio.to_thread(self.zk.get_partition_reassignment) if any(
+            rp.cancel for rp in req.partitions) else {}
         plan: dict[TopicPartitionId, list[int]] = {}
         for rp, verdict in zip(req.partitions, verdicts, strict=True):
             reason = ""
             if verdict == E.NONE and not self._known_partition(rp.topic_name, rp.partition_index):
                 verdict = E.UNKNOWN_TOPIC_OR_PARTITION
+            elif verdict == E.NONE and rp.cancel:
+                # KIP-455's cancel: Kafka's answer where nothing runs; a running ZooKeeper-era
+                # reassignment (/admin/reassign_partitions) is not reverted here yet.
+                if TopicPartitionId(rp.topic_name, rp.partition_index) not in (running or {}):
+                    verdict = E.NO_REASSIGNMENT_IN_PROGRESS
+                else:
+                    verdict, reason = E.REASSIGNMENT_IN_PROGRESS, "a running reassignment cannot be cancelled yet"
             elif verdict == E.NONE:
                 target = list(rp.replicas)
                 if not target or len(set(target)) != len(target):
@@ -405,7 +525,15 @@ class AdminManager:
         current = await asyncio.to_thread(self.zk.get_partition_reassignment) or {}
         resp = pb.ListPartitionReassignmentsResponse(error_code=E.NONE)
         for tpid, replicas in sorted(current.items()):
-            resp.reassignments.add(topic_name=tpid.topic, partition_index=tpid.partition, replicas=replicas)
+            info = self.metadata.partition(tpid.topic, tpid.partition)
+            now = list(info.replicas) if info is not None else []
+            # Kafka's adding replicas are the target's new ones; those still out of the ISR are shown
+            # (the original set is not kept once the controller has extended the assignment).
+            isr = set(info.isr) if info is not None else set()
+            resp.reassignments.add(topic_name=tpid.topic, partition_index=tpid.partition, replicas=replicas,
+                                   current_replicas=now + [r for r in replicas if r not in now],
+                                   adding_replicas=[r for r in replicas if r not in now or r not in isr],
+                                   removing_replicas=[r for r in now if r not in replicas])
         return resp
 
     # ------------------------------------------------------------ ACLs (S12.3)
@@ -442,6 +570,8 @@ class AdminManager:
         resp = pb.CreateAclsResponse()
         for b in req.creations:
             try:
+                if b.pattern_type not in (pb.AclPatternType.PATTERN_UNSPECIFIED, pb.AclPatternType.PATTERN_LITERAL):
+                    raise errors.InvalidRequestError("only LITERAL resource patterns (a name or *) are supported")
                 resource = self._acl_resource(b.resource_type, b.resource_name)
                 acl = Acl(b.principal, b.host or WILDCARD, b.operation, b.permission_type)
                 try:
@@ -464,8 +594,14 @@ class AdminManager:
         if f.resource_type not in (pb.AclResourceType.ANY_RESOURCE,) and \
                 self._binding(resource, acl).resource_type != f.resource_type:
             return False
+        if f.pattern_type not in _LITERAL_MATCHING:
+            return False  # PREFIXED (every binding here is LITERAL) or an unknown pattern type
+        if f.pattern_type == pb.AclPatternType.PATTERN_MATCH and resource.name == WILDCARD:
+            name = ""  # MATCH: the bindings that apply to the name, "*"'s too
+        else:
+            name = f.resource_name
         return all(not want or want == have for want, have in (
-            (f.resource_name, resource.name), (f.principal, acl.principal), (f.host, acl.host),
+            (name, resource.name), (f.principal, acl.principal), (f.host, acl.host),
             (f.operation, acl.operation), (f.permission_type, acl.permission_type)))
 
     async def describe_acls(self, req: pb.DescribeAclsRequest,
@@ -571,9 +707,83 @@ SENSITIVE_BROKER_CONFIGS: Final = frozenset({
 })
 
 
-def _broker_config_items(cfg: BrokerConfig) -> dict[str, str]:
-    out = {}
-    for name, d in CONFIG_DEFS.items():
+def is_sensitive_broker_config(name: str) -> bool:
+    """Shown as null: passwords, keystore passwords, SASL/SCRAM secrets (any name with 'password' or
+    'secret' in it, Kafka's PASSWORD-typed configs), and SENSITIVE_BROKER_CONFIGS."""
+    low = name.lower()
+    return name in SENSITIVE_BROKER_CONFIGS or "password" in low or "secret" in low
+
+
+def broker_config_entries(cfg: BrokerConfig, resource_name: str, keys: Sequence[str] = ()) -> list[pb.ConfigEntry]:
+    """DescribeConfigs of a BROKER resource (Kafka's ConfigHelper): ``resource_name`` this broker's id
+    gives every broker config, read-only (none is dynamic here), STATIC_BROKER_CONFIG where the
+    broker's config file or command line set it, else DEFAULT_CONFIG, sensitive ones without their
+    value; the empty name (the cluster-wide default) gives the dynamic default configs: none here.
+    ``keys``: only these (empty: all)."""
+    if not resource_name:
+        return []
+    out = []
+    for name, d in sorted(CONFIG_DEFS.items()):
+        if keys and name not in keys:
+            continue
         v = getattr(cfg, d.attr)
-        out[name] = str(v).lower() if isinstance(v, bool) else str(v)
+        static = name in cfg.static_keys
+        source = pb.ConfigSource.STATIC_BROKER_CONFIG if static else pb.ConfigSource.DEFAULT_CONFIG
+        if is_sensitive_broker_config(name):
+            # Kafka shows sensitive configs as null: the entry, never the value.
+            out.append(pb.ConfigEntry(name=name, read_only=True, is_default=not static, is_sensitive=True,
+                                      source=source))
+            continue
+        value = str(v).lower() if isinstance(v, bool) else str(v)
+        out.append(pb.ConfigEntry(name=name, value=value, read_only=True, is_default=not static, source=source))
+    return out
+
+
+# ------------------------------------------------------------ issue 34: topic configs as Kafka shows them
+
+# Broker configs Kafka leaves null by default (so they are no DEFAULT_CONFIG synonym of a topic config).
+_NULL_DEFAULT_BROKER_CONFIGS: Final = frozenset({"log.roll.ms", "log.retention.ms", "log.retention.minutes",
+                                                 "log.flush.interval.ms", "log.roll.jitter.ms"})
+
+
+def _config_str(v: object) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def topic_config_entries(cfg: BrokerConfig, overrides: dict[str, str],
+                         keys: Sequence[str] = ()) -> list[pb.ConfigEntry]:
+    """DescribeConfigs of a TOPIC resource (Kafka's ConfigHelper.createTopicConfigEntry): every topic
+    config of the table (broker.log.config.TOPIC_CONFIGS), its value, synonyms - the topic override
+    (DYNAMIC_TOPIC_CONFIG), the broker's log.* synonyms set in its config file (STATIC_BROKER_CONFIG),
+    the broker default (DEFAULT_CONFIG) - and the first synonym's source; never read-only nor
+    sensitive. ``keys``: only these (empty: all)."""
+    base = cfg.default_log_config()
+    try:
+        effective = base.with_overrides(overrides).to_topic_configs()
+    except errors.KafkaError:  # a value stored by an older version: shown as stored
+        effective = {**base.to_topic_configs(), **{k: v for k, v in overrides.items() if k in TOPIC_CONFIG_NAMES}}
+    defaults = BrokerConfig()
+    out = []
+    for d in TOPIC_CONFIGS:
+        if keys and d.name not in keys:
+            continue
+        synonyms = []
+        if d.name in overrides:
+            synonyms.append(pb.ConfigSynonym(name=d.name, value=effective[d.name],
+                                             source=pb.ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        for s in d.synonyms:
+            bdef = CONFIG_DEFS.get(s)
+            if bdef is not None and s in cfg.static_keys:
+                synonyms.append(pb.ConfigSynonym(name=s, value=_config_str(getattr(cfg, bdef.attr)),
+                                                 source=pb.ConfigSource.STATIC_BROKER_CONFIG))
+        default_name = next((s for s in d.synonyms if s not in _NULL_DEFAULT_BROKER_CONFIGS), "")
+        if default_name:
+            bdef = CONFIG_DEFS.get(default_name)
+            value = _config_str(getattr(defaults, bdef.attr)) if bdef is not None else d.default
+            synonyms.append(pb.ConfigSynonym(name=default_name, value=value, source=pb.ConfigSource.DEFAULT_CONFIG))
+        source = synonyms[0].source if synonyms else pb.ConfigSource.DEFAULT_CONFIG
+        out.append(pb.ConfigEntry(name=d.name, value=effective[d.name], read_only=False,
+                                  is_default=source == pb.ConfigSource.DEFAULT_CONFIG, source=source,
+                                  is_sensitive=False, synonyms=synonyms, documentation=d.doc,
+                                  config_type=CONFIG_TYPE_IDS[d.type]))
     return out

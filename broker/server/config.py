@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from broker.log.config import MAX_MESSAGE_BYTES_LIMIT, CleanerConfig, LogConfig, normalize_cleanup_policy
+from broker.log.config import (
+    COMPRESSION_TYPES,
+    MAX_MESSAGE_BYTES_LIMIT,
+    CleanerConfig,
+    LogConfig,
+    normalize_cleanup_policy,
+)
 from proto.properties import PropertiesError, parse_properties
 
 
@@ -150,6 +156,12 @@ CONFIG_DEFS: dict[str, _Def] = {
     "group.max.session.timeout.ms": _Def("group_max_session_timeout_ms", int, _pos, ">= 1"),
     "group.max.size": _Def("group_max_size", int, _pos, ">= 1"),
     "group.initial.rebalance.delay.ms": _Def("group_initial_rebalance_delay_ms", int, _nonneg, ">= 0"),
+    # Issue 34: the topic default of compression.type; how long an empty group's committed offsets
+    # are kept (Kafka's offsets.retention.minutes) and how often the coordinator looks.
+    "compression.type": _Def("compression_type", str, lambda v: v in COMPRESSION_TYPES,
+                             "one of " + ", ".join(COMPRESSION_TYPES)),
+    "offsets.retention.minutes": _Def("offsets_retention_minutes", int, _pos, ">= 1"),
+    "offsets.retention.check.interval.ms": _Def("offsets_retention_check_interval_ms", int, _pos, ">= 1"),
     "fetch.purgatory.max.requests": _Def("fetch_purgatory_max_requests", int, _nonneg, ">= 0"),
     "min.segment.bytes": _Def("min_segment_bytes", int, lambda v: v >= 14, ">= 14"),
     "min.segment.ms": _Def("min_segment_ms", int, _pos, ">= 1"),
@@ -264,6 +276,9 @@ class BrokerConfig:
     group_max_size: int = 1000
     group_initial_rebalance_delay_ms: int = 3000
     fetch_purgatory_max_requests: int = 500
+    compression_type: str = "producer"
+    offsets_retention_minutes: int = 10080
+    offsets_retention_check_interval_ms: int = 600000
     # Floors on segment.bytes / segment.ms that any client may set (each segment is open files).
     min_segment_bytes: int = 1048576
     min_segment_ms: int = 60000
@@ -286,6 +301,9 @@ class BrokerConfig:
     broker_rack: str = ""
     metrics_port: int = -1
     metrics_host: str = "127.0.0.1"
+    # The config names given in the file or on the command line (DescribeConfigs: STATIC_BROKER_CONFIG;
+    # the others are DEFAULT_CONFIG).
+    static_keys: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------ derived values
 
@@ -396,6 +414,7 @@ class BrokerConfig:
             min_compaction_lag_ms=self.log_cleaner_min_compaction_lag_ms,
             max_compaction_lag_ms=self.log_cleaner_max_compaction_lag_ms,
             delete_retention_ms=self.log_cleaner_delete_retention_ms,
+            compression_type=self.compression_type,
             cleaner=CleanerConfig(
                 enable=self.log_cleaner_enable, threads=self.log_cleaner_threads,
                 io_max_bytes_per_second=self.log_cleaner_io_max_bytes_per_second,
@@ -480,7 +499,7 @@ def build_config(props: Mapping[str, str]) -> BrokerConfig:
         if not d.check(v):
             raise ConfigError(f"invalid value {raw!r} for {key}: must be {d.rule or 'valid'}")
         values[d.attr] = v
-    cfg = BrokerConfig(**values)
+    cfg = BrokerConfig(**values, static_keys=frozenset(props))
     if "broker.id" not in props:
         raise ConfigError("broker.id is required")
     if not cfg.zookeeper_connect:

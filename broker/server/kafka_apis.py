@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from broker.coordinator.group.group_apis import GroupApis
     from broker.replication.replica_manager import ReplicaManager
     from broker.server.admin import AdminManager
+    from broker.server.describe_apis import DescribeApis
     from broker.server.observability import RequestMetrics
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class ControlPlane:
 class KafkaApis:
     def __init__(self, rm: ReplicaManager, admin: AdminManager, groups: GroupApis, metrics: RequestMetrics,
                  handle_metadata: Handler, handle_describe_replicas: Callable[[Any, RequestContext], Any],
-                 control: ControlPlane) -> None:
+                 control: ControlPlane, describe: DescribeApis | None = None) -> None:
         self.metrics = metrics
         self._rm = rm
         self._control = control
@@ -93,6 +94,8 @@ class KafkaApis:
             "OffsetsForLeaderEpoch": _sync(rm.handle_offsets_for_leader_epoch),
             "CreateTopics": admin.create_topics,
             "DeleteTopics": admin.delete_topics,
+            "CreatePartitions": admin.create_partitions,
+            "DeleteRecords": rm.handle_delete_records,
             "DescribeConfigs": admin.describe_configs,
             "AlterConfigs": admin.alter_configs,
             "InitProducerId": admin.init_producer_id,
@@ -116,6 +119,11 @@ class KafkaApis:
             "DescribeGroups": groups.describe_groups,
             "DeleteGroups": groups.delete_groups,
             "OffsetDelete": groups.offset_delete,
+            # DescribeCluster, DescribeLogDirs, DescribeProducers (broker.server.describe_apis; absent:
+            # answered UNKNOWN_SERVER_ERROR, as for a handler that fails).
+            "DescribeCluster": _wired(describe, "describe_cluster"),
+            "DescribeLogDirs": _wired(describe, "describe_log_dirs"),
+            "DescribeProducers": _wired(describe, "describe_producers"),
             # The control plane: admitted by handle_control first.
             "LeaderAndIsr": _sync(lambda req, _ctx: rm.handle_leader_and_isr(req)),
             "UpdateMetadata": _sync(lambda req, _ctx: rm.handle_update_metadata(req)),
@@ -198,6 +206,18 @@ class KafkaApis:
 
 async def _raising(e: Exception) -> Any:
     raise e
+
+
+def _wired(owner: Any, method: str) -> Handler:
+    """``owner``'s handler ``method``; without an owner (a KafkaApis built without it, in tests), one
+    that fails."""
+    if owner is not None:
+        handler: Handler = getattr(owner, method)
+        return handler
+
+    async def missing(_request: Any, _ctx: RequestContext) -> Any:
+        raise RuntimeError(f"{method}: not wired into this KafkaApis")
+    return missing
 
 
 def partition_errors(resp: Any) -> list[int]:

@@ -42,6 +42,7 @@ from broker.security.gatekeeper import Gatekeeper
 from broker.security.principal import RequestContext
 from broker.server.admin import AdminManager
 from broker.server.config import BrokerConfig
+from broker.server.describe_apis import DescribeApis
 from broker.server.dynamic_config import DynamicConfigManager
 from broker.server.grpc_servicers import add_servicers
 from broker.server.kafka_apis import ControlPlane, KafkaApis
@@ -126,6 +127,7 @@ class KafkaServer:
             request_timeout_ms=min(cfg.controller_socket_timeout_ms, cfg.request_timeout_ms),
             control_plane_listener=cfg.control_plane_listener.name,
             channel_security=self.gate.broker_channel_security()), self.zk)
+        self.admin.unclean_election = self.controller.submit_unclean_election  # ElectLeaders UNCLEAN
         self.group_coordinator = GroupCoordinator(self.broker_id, self.zk, self._live_broker_ids, CoordinatorLimits(
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
             max_session_timeout_ms=cfg.group_max_session_timeout_ms, max_group_size=cfg.group_max_size,
@@ -154,7 +156,11 @@ class KafkaServer:
         self.apis = KafkaApis(self.replica_manager, self.admin, self.group_apis, self.metrics.requests,
                               self.metadata_apis.handle_metadata, self.metadata_apis.handle_describe_replicas,
                               ControlPlane(self.broker_id, lambda: self.broker_epoch, self.zk,
-                                           self.handle_controlled_shutdown))
+                                           self.handle_controlled_shutdown),
+                              describe=DescribeApis(config=cfg, metadata=self.metadata, gate=self.gate,
+                                                    cluster_id=lambda: self.cluster_id,
+                                                    log_manager=self.log_manager,
+                                                    replica_manager=self.replica_manager))
 
     def _live_broker_ids(self) -> list[int]:
         # Before the controller's first UpdateMetadata this broker knows only itself: no answer

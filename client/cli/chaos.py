@@ -16,7 +16,7 @@ from client.cli.progress import Progress
 from client.connection import ClusterView
 from client.discovery import local_cluster_dir
 from client.ops.chaos import SCENARIOS, GroupWorkload, Outstanding, Workload, heal, inject
-from client.ops.history import GroupReport, check, check_group
+from client.ops.history import CompactedReport, GroupReport, Report, check, check_compacted, check_group
 from client.ops.local_cluster import ClusterState, LocalCluster, pid_alive
 from client.ops.verify_replicas import verify
 from proto import errors
@@ -35,12 +35,22 @@ def add_parser(sub: Any) -> None:
                         "each batch (default 2; 0: no group, and no coordinator-pause)")
     p.add_argument("--seed", type=int, default=None, help="random seed, to repeat a run's choices")
     p.add_argument("--output", choices=["table", "json"], default="table", help="the report's format")
+    p.add_argument("--compacted", action="store_true",
+                   help="a compacted topic (cleanup.policy=compact, small segments, eager cleaning): keyed updates "
+                        "and tombstones, checked by the latest value per key")
+    p.add_argument("--keys", type=int, default=50, help="keys per partition with --compacted (default 50)")
     p.add_argument("--keep-topic", action="store_true",
                    help="keep the run's chaos-<time> topic (default: removed at the end)")
     p.set_defaults(func=run)
 
 
 DRAIN_TIMEOUT_S = 60.0
+# --compacted: small segments and an eager cleaner, so that cleans run (and are interrupted by
+# faults) within a short run; tombstones go 2 s after the log is clean up to them. The cleaner's
+# backoff is the brokers' log.cleaner.backoff.ms (15 s by default).
+COMPACTED_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "32768", "min.cleanable.dirty.ratio": "0.05",
+                     "delete.retention.ms": "2000"}
+TOMBSTONE_EVERY = 10
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
     place before exiting."""
     if args.members < 0:
         print("error: --members must be 0 or more", file=sys.stderr)
+        return 2
+    if args.compacted and args.keys < 1:
+        print("error: --keys must be 1 or more", file=sys.stderr)
         return 2
     rng = random.Random(args.seed)
     cluster = LocalCluster(args.dir)
@@ -60,10 +73,12 @@ def run(args: argparse.Namespace) -> int:
     conn = view.connection(view.bootstrap[0])
     resp = conn.api.CreateTopics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
         name=topic, num_partitions=2, replication_factor=min(3, len(state.brokers)),
-        configs={"min.insync.replicas": "2" if len(state.brokers) >= 3 else "1"})], timeout_ms=30000), timeout=40)
+        configs={"min.insync.replicas": "2" if len(state.brokers) >= 3 else "1",
+                 **(COMPACTED_CONFIGS if args.compacted else {})})], timeout_ms=30000), timeout=40)
     if resp.topics[0].error_code != pb.ErrorCode.NONE:
         raise errors.for_code(resp.topics[0].error_code)(resp.topics[0].error_message)
-    workload = Workload(state.bootstrap_servers, topic, 2, rate=args.rate, security=security)
+    workload = Workload(state.bootstrap_servers, topic, 2, rate=args.rate, security=security,
+                        keys=args.keys if args.compacted else 0, tombstone_every=TOMBSTONE_EVERY)
     group = GroupWorkload(state.bootstrap_servers, topic, 2, f"{topic}-readers", members=args.members,
                           security=security) if args.members else None
     group_report: GroupReport | None = None
@@ -95,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 outstanding.stopped.add(b)
         heal(cluster, outstanding)
         reads = workload.read_all()
-        report = check(writes, reads)
+        report: Report | CompactedReport = check_compacted(writes, reads) if args.compacted else check(writes, reads)
         if group is not None:
             # The group reads on to the end of the log, then the final committed offsets are read.
             progress.update(f"chaos {args.scenario}: the group consumes to the end and commits", force=True)
@@ -104,7 +119,11 @@ def run(args: argparse.Namespace) -> int:
                 ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
             drained = group.drain(ends, DRAIN_TIMEOUT_S)
             history = group.stop()
-            group_report = check_group(writes, history.commits, history.reads, history.deliveries,
+            # Compacted: records the cleaner removed before the group got to them are not skipped;
+            # only those still in the log (the full read) must have been delivered.
+            read_at = {(r.partition, r.offset) for r in reads}
+            judged = [w for w in writes if (w.partition, w.offset) in read_at] if args.compacted else writes
+            group_report = check_group(judged, history.commits, history.reads, history.deliveries,
                                        history.final_committed)
         replicas = verify(view, topic)
     except KeyboardInterrupt:
@@ -128,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
     progress.done()
     removed = _remove_topic(state, topic, args.keep_topic)
     result: dict[str, Any] = {
-        "scenario": args.scenario, "duration_s": args.duration, "faults": faults, "writes": report.writes,
+        "scenario": args.scenario, "duration_s": args.duration, "compacted": args.compacted, "faults": faults,
+        "writes": report.writes, "records_read": len(reads),
         "anomalies": report.anomalies, "replicas_identical": all(e["status"] == "OK" for e in replicas),
         "topic": topic, "topic_kept": args.keep_topic}
     if group is not None and group_report is not None:

@@ -32,10 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
         certs,
         chaos,
         cluster,
+        configs,
         consume,
+        delete_records,
         demo,
+        dump_log,
+        get_offsets,
         groups,
         leader_election,
+        log_dirs,
         perf,
         produce,
         reassign_partitions,
@@ -48,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker_main.add_parser(sub)
     cluster.add_parser(sub)
     topics.add_parser(sub)
+    delete_records.add_parser(sub)
     produce.add_parser(sub)
     consume.add_parser(sub)
     groups.add_parser(sub)
@@ -60,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify_replicas.add_parser(sub)
     chaos.add_parser(sub)
     demo.add_parser(sub)
+    log_dirs.add_parser(sub)
+    get_offsets.add_parser(sub)
+    configs.add_parser(sub)
+    dump_log.add_parser(sub)
     return parser
 
 
@@ -74,9 +84,24 @@ def validate_names(args: argparse.Namespace) -> None:
         validate_group_id(g)
 
 
+def subcommand_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``args`` names, the deepest: its usage is the one a mistake
+    should show (issue 33), not the top-level list of commands."""
+    current = parser
+    for _ in range(4):  # minikafka COMMAND [SUBCOMMAND]: bounded depth
+        action = next((a for a in current._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = getattr(args, action.dest, None) if action is not None and action.dest else None
+        if action is None or chosen not in action.choices:
+            break
+        current = action.choices[chosen]
+    return current
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        subcommand_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         validate_names(args)
         rc: int = args.func(args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from client.admin import AdminClient, NewTopic
@@ -39,13 +40,34 @@ def leader_label(leader: int, live: set[int], high_watermark: int) -> str:
     return str(leader)
 
 
+def parse_replica_assignment(text: str) -> list[list[int]]:
+    """kafka-topics' --replica-assignment: partitions separated by ``,``, replicas by ``:``."""
+    try:
+        return [[int(b) for b in part.split(":")] for part in text.split(",")]
+    except ValueError:
+        raise errors.InvalidRequestError(f"--replica-assignment {text!r}: expected broker ids as 1:2,2:3") from None
+
+
+def _add_partitions(admin: AdminClient, args: argparse.Namespace) -> None:
+    """kafka-topics --alter --partitions N (CreatePartitions): the brokers place the new partitions,
+    or --replica-assignment does (its entries beyond the existing partitions)."""
+    assignments = None
+    if args.replica_assignment:
+        existing = len(admin.describe_topics([args.topic])[0].partitions)
+        assignments = {args.topic: parse_replica_assignment(args.replica_assignment)[existing:]}
+    admin.create_partitions({args.topic: args.partitions}, assignments)
+    print_result(args, {"altered": args.topic, "partitions": args.partitions},
+                 "WARNING: If partitions are increased for a topic that has a key, the partition logic or "
+                 "ordering of the messages will be affected\nAdding partitions succeeded!")
+
+
 def add_parser(sub: Any) -> None:
     t = sub.add_parser("topics", help="create, list, describe, alter, delete topics (kafka-topics)")
     add_connection_args(t)
     action = t.add_mutually_exclusive_group(required=True)
     for a, text in (("create", "create a topic"), ("list", "list topic names"),
                     ("describe", "partitions, leaders (marked when not live), replicas, ISR, high watermarks"),
-                    ("delete", "delete a topic"), ("alter", "change a topic's configs (--config, --delete-config)")):
+                    ("delete", "delete a topic"), ("alter", "add partitions (--partitions N) or change a topic's configs (--config, --delete-config)")):
         action.add_argument(f"--{a}", action="store_true", help=text)
     t.add_argument("--topic", help="the topic")
     t.add_argument("--partitions", type=_at_least_one, default=-1,
@@ -56,6 +78,9 @@ def add_parser(sub: Any) -> None:
                    help="a topic config (repeatable), e.g. retention.ms=60000")
     t.add_argument("--delete-config", action="append", default=[], metavar="KEY",
                    help="with --alter: remove a topic config override (repeatable)")
+    t.add_argument("--replica-assignment", metavar="B1:B2,B1:B2,...",
+                   help="with --alter --partitions: the replicas of every partition, existing ones first "
+                        "(kafka-topics' format; only the new partitions' are used)")
     t.add_argument("--if-not-exists", action="store_true", help="with --create: no error when the topic exists")
     t.set_defaults(func=cmd_topics)
 
@@ -76,18 +101,22 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 if not args.if_not_exists:
                     raise
             print_result(args, {"created": args.topic}, f"Created topic {args.topic}.")
+            warn_if_min_isr_exceeds_replicas(parse_key_values(args.config), args.replication_factor)
         elif args.delete:
             admin.delete_topics([args.topic])
             print_result(args, {"deleted": args.topic}, f"Topic {args.topic} is deleted.")
         elif args.alter:
-            # Adding partitions (CreatePartitions) does not exist yet: refused, never a silent no-op.
+            # Nothing to alter is refused, never a silent no-op.
+            if args.partitions == -1 and not args.config and not args.delete_config:
+                raise errors.InvalidRequestError(
+                    "--alter needs --partitions N, --config KEY=VALUE or --delete-config KEY")
+            if args.replica_assignment and args.partitions == -1:
+                raise errors.InvalidRequestError("--replica-assignment with --alter needs --partitions N")
             if args.partitions != -1:
-                raise errors.InvalidRequestError("--alter --partitions is not supported yet (no CreatePartitions): "
-                                                 "the topic keeps its partitions")
-            if not args.config and not args.delete_config:
-                raise errors.InvalidRequestError("--alter needs --config KEY=VALUE or --delete-config KEY")
-            admin.alter_topic_configs(args.topic, parse_key_values(args.config), args.delete_config)
-            print_result(args, {"altered": args.topic}, f"Updated config for topic {args.topic}.")
+                _add_partitions(admin, args)
+            if args.config or args.delete_config:
+                admin.alter_topic_configs(args.topic, parse_key_values(args.config), args.delete_config)
+                print_result(args, {"altered": args.topic}, f"Updated config for topic {args.topic}.")
         else:
             descs = admin.describe_topics([args.topic])
             live = set(admin.view.brokers)
@@ -110,3 +139,12 @@ def cmd_topics(args: argparse.Namespace) -> int:
                           f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
                           f"HighWatermark: {p.high_watermark if p.high_watermark >= 0 else 'unknown'}")
     return 0
+
+
+def warn_if_min_isr_exceeds_replicas(configs: dict[str, str], replication_factor: int | None) -> None:
+    """Kafka creates such a topic, and every acks=all produce to it then retries NOT_ENOUGH_REPLICAS
+    until it times out: say so when the topic is made (issue 33)."""
+    min_isr = configs.get("min.insync.replicas", "")
+    if min_isr.isdigit() and replication_factor is not None and 0 < replication_factor < int(min_isr):
+        print(f"warning: min.insync.replicas={min_isr} exceeds the replication factor {replication_factor}: "
+              "every acks=all produce to this topic will fail with NOT_ENOUGH_REPLICAS", file=sys.stderr)

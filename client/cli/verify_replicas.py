@@ -1,4 +1,5 @@
-"""``minikafka verify-replicas``: replicas byte-identical below the HW (:mod:`client.ops.verify_replicas`)."""
+"""``minikafka verify-replicas``: replicas byte-identical below the HW; compacted topics by the latest
+record of every key (:mod:`client.ops.verify_replicas`)."""
 
 from __future__ import annotations
 

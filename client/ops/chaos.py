@@ -2,7 +2,10 @@
 
 ``Workload`` runs producers writing unique values (idempotent, acks=all) at a
 steady rate and records each write's outcome; after the faults heal it reads
-every partition in full. ``client.ops.history.check`` then judges the history.
+every partition in full. ``client.ops.history.check`` then judges the history. With
+``keys`` (a compacted topic, ``minikafka chaos --compacted``) every write has one
+of ``keys`` keys per partition and every ``tombstone_every``-th is a tombstone;
+``client.ops.history.check_compacted`` judges it by the latest value per key.
 
 ``GroupWorkload`` runs the members of one consumer group on the same topic
 (``client.consumer.Consumer``, manual commits: each polled batch is recorded as
@@ -65,8 +68,11 @@ class Workload:
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, producers: int = 2, rate: float = 200.0,
                  retries: int = 2_147_483_647, delivery_timeout_ms: int = 30_000,
-                 security: ChannelSecurity = PLAINTEXT_SECURITY) -> None:
+                 security: ChannelSecurity = PLAINTEXT_SECURITY, keys: int = 0, tombstone_every: int = 0) -> None:
         self.bootstrap = bootstrap
+        self.keys = keys
+        self.tombstone_every = tombstone_every
+        self.keyed: dict[str, tuple[str, bool]] = {}  # value -> (key, tombstone) of every keyed write
         self.security = security
         self.topic = topic
         self.partitions = partitions
@@ -94,8 +100,16 @@ class Workload:
             while not self._stop.is_set():
                 value = f"{name}-{i}"
                 partition = i % self.partitions
+                key: bytes | None = None
+                payload: bytes | None = value.encode()
+                if self.keys:
+                    key = f"k{(i // self.partitions) % self.keys}".encode()
+                    tombstone = self.tombstone_every > 0 and i % self.tombstone_every == self.tombstone_every - 1
+                    self.keyed[value] = (key.decode(), tombstone)
+                    if tombstone:
+                        payload = None
                 try:
-                    fut: object = producer.send(self.topic, value.encode(), partition=partition)
+                    fut: object = producer.send(self.topic, payload, key=key, partition=partition)
                 except Exception as e:  # metadata unavailable for a moment: a definite non-write
                     fut = e
                 self.pending.append((name, partition, value, fut))
@@ -122,16 +136,18 @@ class Workload:
             t.join(self.delivery_timeout_ms / 1000 + 30)
         writes = []
         for name, partition, value, fut in self.pending:
+            key, tombstone = self.keyed.get(value, (None, False))
             if isinstance(fut, BaseException):
-                writes.append(Write(name, partition, value, FAIL))
+                writes.append(Write(name, partition, value, FAIL, key=key, tombstone=tombstone))
                 continue
             try:
                 meta = fut.result(timeout=1)  # type: ignore[attr-defined]
-                writes.append(Write(name, partition, value, OK, meta.offset))
+                writes.append(Write(name, partition, value, OK, meta.offset, key=key, tombstone=tombstone))
             except errors.KafkaError as e:
-                writes.append(Write(name, partition, value, FAIL if e.name in DEFINITE_FAILURES else UNKNOWN))
+                writes.append(Write(name, partition, value, FAIL if e.name in DEFINITE_FAILURES else UNKNOWN,
+                                    key=key, tombstone=tombstone))
             except Exception:
-                writes.append(Write(name, partition, value, UNKNOWN))
+                writes.append(Write(name, partition, value, UNKNOWN, key=key, tombstone=tombstone))
         return writes
 
     def stop_now(self) -> None:
@@ -155,9 +171,13 @@ class Workload:
                 if len(done) == len(tps):
                     break
                 for r in consumer.poll(timeout_ms=500):
-                    out.append(Read(r.partition, r.offset, (r.value or b"").decode()))
+                    out.append(Read(r.partition, r.offset, (r.value or b"").decode(),
+                                    key=None if r.key is None else r.key.decode(), tombstone=r.value is None))
                     if r.offset + 1 >= end[TopicPartition(r.topic, r.partition)]:
                         done.add(TopicPartition(r.topic, r.partition))
+                # A compacted log's last offsets may be gone (a tombstone past delete.retention.ms):
+                # the position passing the end is the end too.
+                done |= {tp for tp in tps if tp not in done and consumer.position(tp) >= end[tp]}
         return out
 
 

@@ -16,6 +16,20 @@ partition. ``check`` finds:
 
 Values must be unique per history (the workload makes them so).
 
+A compacted topic's history (``check_compacted``): the writes carry keys, and some are tombstones
+(no value). The cleaner removes every record but the latest of its key, and tombstones themselves
+after ``delete.retention.ms``, so older acknowledged writes are *meant* to be missing; what the
+full read must show is the *latest value per key*: for every key, the record of its latest
+acknowledged write (the highest acknowledged offset), or a later write of that key whose outcome was
+unknown (it may have landed). It finds:
+
+* lost latest: a key whose latest acknowledged write is gone and nothing of that key after it was
+  read - an acknowledged value was lost, or an older one came back from under a tombstone;
+* phantoms: a key's latest record read beyond its latest acknowledged write, but no write of that
+  key was unknown (nor a value read that nobody wrote);
+* inconsistent offsets, duplicates and failed writes read, as ``check``; and offsets that do not
+  strictly increase in the order read (a consumer must never see them go back).
+
 A consumer group's history (``check_group``) is what the group's members saw:
 every commit the coordinator acknowledged (``Commit``: when it was sent, when
 its success came back), every committed offset read back (``CommittedRead``:
@@ -54,6 +68,8 @@ class Write:
     value: str
     status: str  # ok | fail | unknown
     offset: int = -1
+    key: str | None = None  # compacted topics (check_compacted)
+    tombstone: bool = False  # written without a value; ``value`` then only names the write
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,8 @@ class Read:
     partition: int
     offset: int
     value: str
+    key: str | None = None
+    tombstone: bool = False
 
 
 @dataclass
@@ -133,6 +151,106 @@ def check(writes: Sequence[Write], reads: Iterable[Read]) -> Report:
             last[key] = (offset, w.value)
     return report
 
+
+
+# ------------------------------------------------------------------ compacted topics
+
+
+@dataclass
+class CompactedReport:
+    writes: dict[str, int] = field(default_factory=dict)
+    keys: int = 0  # (partition, key) pairs with an acknowledged write
+    lost: list[Write] = field(default_factory=list)  # the latest acknowledged write of its key, gone
+    phantoms: list[Read] = field(default_factory=list)
+    duplicates: list[tuple[str, list[int]]] = field(default_factory=list)
+    inconsistent_offsets: list[tuple[int, int, list[str]]] = field(default_factory=list)
+    backwards: list[tuple[int, int, int]] = field(default_factory=list)  # partition, offset, then offset
+    failed_but_read: list[Write] = field(default_factory=list)
+
+    @property
+    def anomalies(self) -> dict[str, int]:
+        return {"lost_latest": len(self.lost), "phantoms": len(self.phantoms), "duplicates": len(self.duplicates),
+                "inconsistent_offsets": len(self.inconsistent_offsets), "offsets_backwards": len(self.backwards),
+                "failed_but_read": len(self.failed_but_read)}
+
+    @property
+    def valid(self) -> bool:
+        return not any(self.anomalies.values())
+
+    def summary(self) -> str:
+        w = self.writes
+        return (f"compacted: writes ok {w.get(OK, 0)}, failed {w.get(FAIL, 0)}, unknown {w.get(UNKNOWN, 0)}, "
+                f"{self.keys} keys' latest values checked; anomalies: "
+                + ", ".join(f"{k} {v}" for k, v in self.anomalies.items()))
+
+
+def check_compacted(writes: Sequence[Write], reads: Sequence[Read]) -> CompactedReport:
+    """A compacted topic's history: ``reads`` is one full read (or one replica's records) in the
+    order read; see the module's docstring for what must hold."""
+    report = CompactedReport()
+    for w in writes:
+        report.writes[w.status] = report.writes.get(w.status, 0) + 1
+    by_value = {w.value: w for w in writes if not w.tombstone}
+    acked_at = {(w.partition, w.offset): w for w in writes if w.status == OK}
+    at_offset: dict[tuple[int, int], set[str]] = {}
+    offsets_of: dict[str, set[tuple[int, int]]] = {}
+    last_read: dict[int, int] = {}
+    latest_read: dict[tuple[int, str | None], Read] = {}
+    for r in reads:
+        what = f"tombstone of {r.key}" if r.tombstone else r.value
+        at_offset.setdefault((r.partition, r.offset), set()).add(what)
+        if r.offset <= last_read.get(r.partition, -1):
+            report.backwards.append((r.partition, last_read[r.partition], r.offset))
+        last_read[r.partition] = r.offset
+        prev = latest_read.get((r.partition, r.key))
+        if prev is None or r.offset > prev.offset:
+            latest_read[(r.partition, r.key)] = r
+        acked = acked_at.get((r.partition, r.offset))
+        if r.tombstone:
+            if acked is not None and not (acked.tombstone and acked.key == r.key):
+                report.inconsistent_offsets.append((r.partition, r.offset, [what, acked.value]))
+            continue
+        offsets_of.setdefault(r.value, set()).add((r.partition, r.offset))
+        written = by_value.get(r.value)
+        if written is None or written.key != r.key or written.partition != r.partition:
+            report.phantoms.append(r)
+        elif written.status == FAIL:
+            report.failed_but_read.append(written)
+        elif written.status == OK and written.offset != r.offset:
+            report.inconsistent_offsets.append((r.partition, r.offset, [r.value]))
+    for (partition, offset), seen in sorted(at_offset.items()):
+        if len(seen) > 1:
+            report.inconsistent_offsets.append((partition, offset, sorted(seen)))
+    for value, where in sorted(offsets_of.items()):
+        if len(where) > 1:
+            report.duplicates.append((value, sorted(o for _p, o in where)))
+    # The latest value per key.
+    latest_acked: dict[tuple[int, str | None], Write] = {}
+    unknown: dict[tuple[int, str | None], list[Write]] = {}
+    for w in writes:
+        k = (w.partition, w.key)
+        if w.status == OK:
+            if k not in latest_acked or w.offset > latest_acked[k].offset:
+                latest_acked[k] = w
+        elif w.status == UNKNOWN:
+            unknown.setdefault(k, []).append(w)
+    report.keys = len(latest_acked)
+    for k, w in sorted(latest_acked.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        found = latest_read.get(k)
+        maybe = unknown.get(k, [])
+        if found is None:
+            # A tombstone may be gone (delete.retention.ms), and so may an unknown tombstone after it.
+            if not (w.tombstone or any(u.tombstone for u in maybe)):
+                report.lost.append(w)
+        elif found.offset < w.offset:
+            report.lost.append(w)
+        elif found.offset > w.offset:
+            if found.tombstone:
+                if not any(u.tombstone for u in maybe):
+                    report.phantoms.append(found)
+            elif not any(u.value == found.value for u in maybe):
+                report.phantoms.append(found)
+    return report
 
 
 # ------------------------------------------------------------------ consumer groups

@@ -19,7 +19,10 @@ NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, ...), it refreshes metadata and
 goes on from the first offset it has not yet returned, so every record of the
 range comes out exactly once. A new leader's high watermark can briefly trail
 the one the driver planned with; the long-poll fetch simply waits for it
-(bounded by ``readRetryTimeoutMs``).
+(bounded by ``readRetryTimeoutMs``). A compacted topic has gaps in its offsets:
+the read skips them, and a range whose tail was compacted away ends at its
+``until`` (``options.after_fetch``: only a log start beyond the offset expected
+is data loss, as in Spark's Kafka source).
 
 ``write_arrow_batches`` is the sink: rows with ``value`` (and optional
 ``key``, ``topic``, ``partition``, ``headers``) go through the idempotent
@@ -39,10 +42,11 @@ import grpc
 from client.connection import ClusterView
 from client.producer import FutureRecordMetadata, Producer
 from client.spark.connection_cache import CONNECTIONS, ConnectionCache, ViewKey
-from client.spark.options import TP, DataLossError, OffsetRange, SparkOptionError, Subscription
+from client.spark.options import TP, DataLossError, OffsetRange, SparkOptionError, Subscription, after_fetch
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.columnar import RecordColumns, decode_columns, to_arrow
+from proto.record_batch import iter_headers
 from proto.transport import PLAINTEXT_SECURITY, ChannelSecurity
 
 log = logging.getLogger("minikafka.spark")
@@ -200,8 +204,17 @@ def read_columns(view: ClusterView, rng: OffsetRange, *, include_headers: bool, 
                 base_offset, next_offset, reason = cols.error
                 raise errors.CorruptMessageError(f"{topic}-{partition}: the batch at offset {base_offset} is corrupt "
                                                  f"({reason}); the next batch starts at offset {next_offset}")
-            if cols.next_offset > position:
-                position = cols.next_offset
+            first = cols.offset_at(0) if cols.num_rows else _first_batch_past(pr.records, position)
+            next_position, loss = after_fetch(position, until, next_offset=cols.next_offset, first_offset=first,
+                                              high_watermark=pr.high_watermark,
+                                              log_start_offset=pr.log_start_offset)
+            if loss is not None:
+                msg = f"{topic}-{partition}: {loss}"
+                if fail_on_data_loss:
+                    raise DataLossError(msg + " (set failOnDataLoss=false to skip them)")
+                log.warning("%s; skipping them", msg)
+            if next_position > position:  # past the records read, and past gaps compaction left
+                position = next_position
                 deadline = time.monotonic() + retry_timeout_s
                 if position < until:
                     try:  # pipelining: the broker serves the next range while Spark takes these rows
@@ -215,6 +228,14 @@ def read_columns(view: ClusterView, rng: OffsetRange, *, include_headers: bool, 
     finally:
         if ahead is not None:
             ahead[0].cancel()
+
+
+def _first_batch_past(records: bytes, position: int) -> int | None:
+    """The base offset of the first batch in ``records`` holding offsets past ``position``."""
+    for _pos, h in iter_headers(records):
+        if h.last_offset >= position:
+            return h.base_offset
+    return None
 
 
 def _refresh_after_error(view: ClusterView, topic: str) -> None:

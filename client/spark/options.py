@@ -23,6 +23,12 @@ has listed from the cluster:
 - ``plan_ranges``: one range per partition, split into more when
   ``minPartitions`` asks (Spark's proportional split); ``rate_limit``: Spark's
   ``maxOffsetsPerTrigger`` prorating over partitions.
+- ``after_fetch``: where an executor's range read goes on after one Fetch, with
+  Spark's rule for gaps in offsets: a compacted log has them (the cleaner
+  removed older records of a key, offsets never move), and they are legal as
+  long as the log start is at or below the offset expected (Spark's
+  ``KafkaDataConsumer.fetchRecord``); only a log start beyond it is data loss. A
+  range whose tail was compacted away ends at its ``until`` offset.
 - ``offsets_to_json`` / ``offsets_from_json``: the streaming offset
   ``{topic: {partition: offset}}`` with string partition keys, as Spark writes it.
 
@@ -434,6 +440,34 @@ def plan_ranges(start: Mapping[TP, int], end: Mapping[TP, int], min_partitions: 
             hi = r.from_offset + r.size * (i + 1) // parts
             out.append(OffsetRange(r.topic, r.partition, lo, hi))
     return out
+
+
+def after_fetch(position: int, until: int, *, next_offset: int, first_offset: int | None, high_watermark: int,
+                log_start_offset: int) -> tuple[int, str | None]:
+    """A range read of ``[position, until)`` after one Fetch at ``position``: the offset to go on
+    from, and a data-loss message when offsets in between are missing because the log start moved
+    past them (retention, DeleteRecords; None for gaps compaction left, which are legal).
+
+    ``next_offset``: where the decoded batches end (clamped to ``until``; ``position`` when no batch
+    past it was decoded); ``first_offset``: the first offset the Fetch holds past ``position`` (its
+    first row's, or the base of its first batch when none of its records is in the range), None when
+    it returned no batch at all. As Spark's Kafka source: a record beyond the one expected is data
+    loss only when the log start is beyond the expected offset too; otherwise the offsets between
+    were removed by the cleaner and are skipped. A first batch at or past ``until`` means the rest
+    of the range was compacted away: the range is done. So is an empty answer while the high
+    watermark is at or past ``until`` (every record below the high watermark would have been
+    returned, so none is left in the range); below it the read waits (a new leader catching up)."""
+    loss = None
+    if first_offset is not None and first_offset > position and log_start_offset > position:
+        loss = (f"offsets {position}..{min(first_offset, log_start_offset, until) - 1} were deleted before they "
+                f"were read (log start is {log_start_offset})")
+    if next_offset > position:
+        return next_offset, loss
+    if first_offset is not None and first_offset >= until:
+        return until, loss
+    if first_offset is None and high_watermark >= until and log_start_offset <= position:
+        return until, None
+    return position, None
 
 
 def rate_limit(start: Mapping[TP, int], latest: Mapping[TP, int], max_offsets: int) -> dict[TP, int]:

@@ -907,3 +907,138 @@ def test_consumer_fetch_sessions_on_the_kafka_listener(module_cluster) -> None: 
         assert fetch(sid + 1, 1, {}).error_code == ErrorCode.fetch_session_id_not_found
         sessionless = fetch(0, -1, {0: 0, 1: 0, 2: 0})
         assert sessionless.session_id == 0 and sorted(moved(sessionless)) == [0, 1, 2]
+
+
+# ------------------------------------------------------------------ issue 30: elections, reassignments, ACLs, SCRAM
+
+
+def _code(e: Any) -> int:
+    """The Kafka error code of a confluent-kafka KafkaException (or KafkaError)."""
+    err = e.args[0] if isinstance(e, confluent_kafka.KafkaException) else e
+    return int(err.code())
+
+
+def test_acl_apis_answer_security_disabled_without_an_authorizer(module_cluster) -> None:  # type: ignore[no-untyped-def]
+    """The module cluster runs without authorizer.class.name: Kafka answers SECURITY_DISABLED (54)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap(module_cluster)})
+    binding = AclBinding(ResourceType.TOPIC, "acl-t", ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    anything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                                AclPermissionType.ANY)
+    for f in (admin.create_acls([binding], request_timeout=20)[binding],
+              admin.delete_acls([anything], request_timeout=20)[anything]):
+        with pytest.raises(confluent_kafka.KafkaException) as e:
+            f.result(timeout=30)
+        assert _code(e.value) == 54, e.value
+    # librdkafka 2.16's describe_acls drops a top-level error (it returns []): the answer on the wire.
+    host, port = kafka_bootstrap(module_cluster).split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        for version in (1, 2):
+            answer = kafka_call(sock, 29, version, {"resource_type_filter": 1, "pattern_type_filter": 1,
+                                                    "operation": 1, "permission_type": 1})
+            assert (answer.error_code, answer.resources) == (54, ()), answer
+            assert answer.error_message == "No Authorizer is configured on the broker"
+
+
+def test_user_scram_credentials_on_the_kafka_listener(module_cluster) -> None:  # type: ignore[no-untyped-def]
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap(module_cluster)})
+    sha256 = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("scram-alice", sha256, b"alice-secret", b"salt-of-alice"),
+        UserScramCredentialUpsertion("scram-bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                     b"bob-secret")], request_timeout=20)
+    assert futures["scram-alice"].result(timeout=30) is None
+    with pytest.raises(confluent_kafka.KafkaException) as e:
+        futures["scram-bob"].result(timeout=30)
+    assert _code(e.value) == 33  # UNSUPPORTED_SASL_MECHANISM: only SCRAM-SHA-256 is served
+    described = admin.describe_user_scram_credentials(["scram-alice"], request_timeout=20)["scram-alice"]
+    infos = described.result(timeout=30).scram_credential_infos
+    assert [(i.mechanism, i.iterations) for i in infos] == [(ScramMechanism.SCRAM_SHA_256, 8192)]
+    everyone = admin.describe_user_scram_credentials(request_timeout=20).result(timeout=30)
+    assert "scram-alice" in everyone
+    deleted = admin.alter_user_scram_credentials([UserScramCredentialDeletion(
+        "scram-alice", ScramMechanism.SCRAM_SHA_256)], request_timeout=20)["scram-alice"]
+    assert deleted.result(timeout=30) is None
+    with pytest.raises(confluent_kafka.KafkaException) as e:
+        admin.describe_user_scram_credentials(["scram-alice"], request_timeout=20)["scram-alice"].result(timeout=30)
+    assert _code(e.value) == 91  # RESOURCE_NOT_FOUND
+
+
+def test_reassignments_and_elections_on_the_kafka_listener(module_cluster) -> None:  # type: ignore[no-untyped-def]
+    """KIP-455 over the raw wire (confluent-kafka has no reassignment calls), then KIP-460 through
+    librdkafka: a reassignment that only reorders the replicas leaves the old leader in place, and
+    a preferred election moves it to the new first replica."""
+    # (no request_timeout: confluent-kafka 2.16's elect_leaders raises SystemError on its kwargs)
+    from confluent_kafka import ElectionType, TopicPartition
+
+    bootstrap = kafka_bootstrap(module_cluster)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = "elect-reassign"
+    create(admin, topic, 1, rf=2)
+    replicas = list(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].replicas)
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        listed = kafka_call(sock, 46, 0, {"timeout": 10_000, "topics": None})
+        assert listed.error_code == 0 and all(t.name != topic for t in listed.topics)
+        # Cancelling what is not being reassigned, and an unknown partition: Kafka's codes.
+        answer = kafka_call(sock, 45, 0, {"timeout": 10_000, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "replicas": None}]}]})
+        assert answer.responses[0].partitions[0].error_code == 85  # NO_REASSIGNMENT_IN_PROGRESS
+        answer = kafka_call(sock, 45, 0, {"timeout": 10_000, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 7, "replicas": replicas}]}]})
+        assert answer.responses[0].partitions[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+        reordered = replicas[::-1]
+        answer = kafka_call(sock, 45, 0, {"timeout": 10_000, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "replicas": reordered}]}]})
+        assert answer.error_code == 0 and answer.responses[0].partitions[0].error_code == 0, answer
+
+        def reassigned() -> bool | None:
+            md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+            ongoing = kafka_call(sock, 46, 0, {"timeout": 10_000, "topics": [
+                {"name": topic, "partition_indexes": [0]}]}).topics
+            return (list(md.replicas) == reordered and not ongoing) or None
+
+        wait_for(reassigned, timeout_s=30, what="the reordered replicas")
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    assert leader == replicas[0] != reordered[0]  # the old leader stays: a reorder moves no leadership
+    tp = TopicPartition(topic, 0)
+    result = admin.elect_leaders(ElectionType.UNCLEAN, [tp]).result(timeout=40)
+    assert result[tp] is not None and _code(result[tp]) == 84  # ELECTION_NOT_NEEDED: its leader is live
+    result = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(timeout=40)
+    assert result[tp] is None, result
+
+    def preferred_leads() -> bool | None:
+        return admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader == reordered[0] or None
+
+    wait_for(preferred_leads, timeout_s=30, what="the preferred replica leading")
+    result = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(timeout=40)
+    assert result[tp] is not None and _code(result[tp]) == 84  # ELECTION_NOT_NEEDED
+
+
+def test_kafka_python_perform_leader_election(module_cluster) -> None:  # type: ignore[no-untyped-def]
+    kafka = pytest.importorskip("kafka")
+    bootstrap = kafka_bootstrap(module_cluster)
+    create(AdminClient({"bootstrap.servers": bootstrap}), "kp-elect", 2, rf=2)
+    admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+    try:
+        resp = admin.perform_leader_election(0, {"kp-elect": [0]}, timeout_ms=10_000)
+    finally:
+        admin.close()
+    results = [(topic, p[0], p[1]) for topic, parts in resp.replication_election_results for p in parts]
+    assert results == [("kp-elect", 0, 84)]  # its preferred replica already leads

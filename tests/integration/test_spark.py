@@ -310,3 +310,45 @@ def test_fail_on_data_loss_when_retention_deleted_the_starting_offsets(spark: An
     first = min(o for _p, o in rows)  # the log start when the query ran (retention may have moved on)
     assert first >= log_start > 0
     assert rows == {k: v for k, v in acked.items() if k[1] >= first}
+
+
+def test_a_compacted_topic_is_read_through_its_gaps_without_data_loss(spark: Any, cluster: ClusterFixture) -> None:
+    from client.consumer import Consumer
+    from client.structs import TopicPartition
+
+    cluster.start(log_cleaner_backoff_ms="200")
+    make_topic(cluster, "compacted", 1, **{"cleanup.policy": "compact", "segment.bytes": "2048",
+                                           "min.cleanable.dirty.ratio": "0.01"})
+    latest: dict[bytes, bytes] = {}
+    with Producer(bootstrap(cluster), acks="all", linger_ms=1) as p:
+        for round_ in range(20):  # each round its own batches, so segments roll between updates
+            for i in range(20):
+                p.send("compacted", f"r{round_}-k{i}".encode(), key=f"k{i}".encode())
+                latest[f"k{i}".encode()] = f"r{round_}-k{i}".encode()
+            p.flush(30)
+        for i in range(40):  # keys of their own after the updates: every update leaves the active segment
+            p.send("compacted", b"filler", key=f"filler-{i}".encode())
+        p.flush(30)
+    tp = TopicPartition("compacted", 0)
+
+    def consumed() -> dict[tuple[int, int], bytes] | None:
+        """What a consumer reads from the start once the cleaner has left one record of each key."""
+        with Consumer(bootstrap_servers=bootstrap(cluster), auto_offset_reset="earliest") as c:
+            c.assign([tp])
+            end = c.end_offsets([tp])[tp]
+            got = []
+            deadline = time.monotonic() + 20
+            while c.position(tp) < end and time.monotonic() < deadline:
+                got += c.poll(timeout_ms=200)
+        updates = [r for r in got if r.key in latest]
+        if len(updates) != len(latest) or {r.key: r.value for r in updates} != latest:
+            return None
+        return {(r.partition, r.offset): r.value for r in got}
+
+    expected = wait_for(consumed, timeout_s=60, interval_s=0.5, what="the compacted topic cleaned")
+    assert len(expected) < 20 * 20  # gaps: most of the offsets below the high watermark are gone
+    # Many small ranges (minPartitions): most of them lie wholly in a gap or end in one; none of that
+    # is data loss (failOnDataLoss defaults to true), and no range waits for records that are gone (a
+    # range stuck in a gap would fail after readRetryTimeoutMs without progress).
+    rows = rows_of(read(spark, cluster, subscribe="compacted", minPartitions="16", readRetryTimeoutMs="5000"))
+    assert rows == expected

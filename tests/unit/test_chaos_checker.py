@@ -12,6 +12,7 @@ from client.ops.history import (
     Read,
     Write,
     check,
+    check_compacted,
     check_group,
 )
 
@@ -169,3 +170,49 @@ def test_redeliveries_are_counted_not_reported() -> None:
     deliveries += [Delivery("m1", 1, 0, "v1-0"), Delivery("m1", 1, 1, "v1-1")]
     report = check_group(writes, commits, reads, deliveries, {0: 4, 1: 4})
     assert report.valid and report.redelivered == 2
+
+
+# ------------------------------------------------------------------ compacted topics
+
+
+def compacted_history() -> tuple[list[Write], list[Read]]:
+    """Keys a and b updated three times each (offsets 0..5), b's last write a tombstone; the cleaner
+    kept a's latest (offset 4) and b's tombstone (offset 5)."""
+    writes = [Write("p0", 0, f"v{i}", OK, i, key="ab"[i % 2], tombstone=i == 5) for i in range(6)]
+    reads = [Read(0, 4, "v4", key="a"), Read(0, 5, "", key="b", tombstone=True)]
+    return writes, reads
+
+
+def test_a_compacted_history_checks_the_latest_value_per_key() -> None:
+    writes, reads = compacted_history()
+    report = check_compacted(writes, reads)
+    assert report.valid and report.keys == 2, report.summary()
+    # Nothing cleaned yet: every record read is fine too; the tombstone gone past its retention also.
+    everything = [Read(0, w.offset, "" if w.tombstone else w.value, key=w.key, tombstone=w.tombstone) for w in writes]
+    assert check_compacted(writes, everything).valid
+    assert check_compacted(writes, reads[:1]).valid
+
+
+def test_a_lost_latest_value_and_a_value_back_from_under_a_tombstone() -> None:
+    writes, reads = compacted_history()
+    assert [w.value for w in check_compacted(writes, reads[1:]).lost] == ["v4"]
+    # The tombstone of b gone, b's older value still there: resurrected.
+    assert [w.value for w in check_compacted(writes, [reads[0], Read(0, 3, "v3", key="b")]).lost] == ["v5"]
+    # An older value of a read as its latest.
+    assert [w.value for w in check_compacted(writes, [Read(0, 2, "v2", key="a"), reads[1]]).lost] == ["v4"]
+
+
+def test_a_later_unknown_write_may_be_the_latest_and_nothing_else() -> None:
+    writes, reads = compacted_history()
+    writes += [Write("p0", 0, "u6", UNKNOWN, key="a"), Write("p0", 0, "x7", FAIL, key="a")]
+    assert check_compacted(writes, [reads[1], Read(0, 6, "u6", key="a")]).valid
+    report = check_compacted(writes, [reads[1], Read(0, 6, "x7", key="a")])
+    assert report.failed_but_read and report.phantoms and not report.valid
+    assert check_compacted(writes, [reads[0], reads[1], Read(0, 7, "nobody", key="a")]).phantoms
+
+
+def test_compacted_offsets_must_only_increase_and_stay_where_acknowledged() -> None:
+    writes, reads = compacted_history()
+    assert check_compacted(writes, [reads[1], reads[0]]).backwards
+    assert check_compacted(writes, [Read(0, 3, "v4", key="a"), reads[1]]).inconsistent_offsets
+    assert check_compacted(writes, [reads[0], Read(0, 5, "", key="a", tombstone=True)]).inconsistent_offsets

@@ -60,3 +60,16 @@ def test_zookeeper_on_consume_and_groups_is_accepted_with_a_warning(capsys: pyte
         assert capsys.readouterr().err.strip() == ZOOKEEPER_IGNORED
     warn_if_zookeeper_given(parser.parse_args(["consume", "--topic", "t"]))
     assert capsys.readouterr().err == ""
+
+
+def test_an_unknown_flag_shows_the_subcommands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 item 11: unknown flags printed the top-level usage instead of the subcommand's."""
+    from client.cli.main import main
+
+    for argv, prog in ((["topics", "--list", "--bogus"], "minikafka topics"),
+                       (["cluster", "status", "--bogus"], "minikafka cluster status")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{prog}: error: unrecognized arguments: --bogus" in err and f"usage: {prog}" in err, err
