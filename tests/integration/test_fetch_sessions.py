@@ -47,8 +47,11 @@ def test_followers_fetch_incrementally_and_idle_partitions_stay_in_sync(cluster)
     for b, u in urls.items():
         m = scrape(u)
         assert m["kafka_server_replicamanager_isrshrinks_total"] == start[b]["kafka_server_replicamanager_isrshrinks_total"]
-        # Each broker leads partitions the two others follow: one session per follower.
-        assert m["kafka_server_fetchsessioncache_numincrementalfetchsessions"] == 2
+        # Each broker leads partitions the two others follow: one session per follower. Polled
+        # (bounded): on a loaded machine a follower whose fetch timed out opens a new session, which
+        # counts as incremental from its second fetch on; session churn shows in the ratio below.
+        wait_for(lambda u=u: scrape(u)["kafka_server_fetchsessioncache_numincrementalfetchsessions"] == 2,
+                 timeout_s=15, what=f"two incremental sessions on broker {b}")
         incremental = m['minikafka_replica_fetches_total{kind="incremental"}']
         full = m['minikafka_replica_fetches_total{kind="full"}']
         assert incremental > 10 * full, (b, full, incremental)
