@@ -9,6 +9,7 @@ accepted for old callers (the tools' ``--zookeeper``) and not used.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -350,19 +351,52 @@ class AdminClient:
         return {TopicPartition(r.topic_name, r.partition_index): pb.ErrorCode.Name(r.error_code) for r in resp.results}
 
     def reassign_partitions(self, reassignment: dict[TopicPartition, list[int]]) -> None:
-        """Start a reassignment (AlterPartitionReassignments, Alter on the cluster); refused as a whole
-        when any target is not live or names an unknown partition."""
-        resp = self._any().AlterPartitionReassignments(pb.AlterPartitionReassignmentsRequest(partitions=[
-            pb.ReassignablePartition(topic_name=t, partition_index=p, replicas=r)
-            for (t, p), r in sorted(reassignment.items())]), timeout=self.timeout_s)
-        for r in resp.results:
-            raise_for(r.error_code, f"{r.topic_name}-{r.partition_index}: {r.error_message}")
-        raise_for(resp.error_code, resp.error_message)
+        """Start (or re-target) reassignments (AlterPartitionReassignments, Alter on the cluster),
+        beside any running; raises the first partition's error (the others were still taken, as
+        Kafka takes each partition on its own - see ``alter_partition_reassignments``)."""
+        for (t, p), (code, message) in sorted(self.alter_partition_reassignments(
+                {(tp[0], tp[1]): list(r) for tp, r in reassignment.items()}).items()):
+            raise_for(code, f"{t}-{p}: {message}")
 
-    def reassignment_in_progress(self) -> bool:
+    def cancel_partition_reassignments(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, str]:
+        """Cancel running reassignments (KIP-455's null target): each partition goes back to its
+        original replicas; partition -> "NONE" or the error name (NO_REASSIGNMENT_IN_PROGRESS, ...)."""
+        results = self.alter_partition_reassignments({(tp[0], tp[1]): None for tp in partitions})
+        return {TopicPartition(t, p): pb.ErrorCode.Name(code) for (t, p), (code, _m) in results.items()}
+
+    def alter_partition_reassignments(self, reassignment: dict[tuple[str, int], list[int] | None]) \
+            -> dict[tuple[str, int], tuple[int, str]]:
+        """AlterPartitionReassignments as Kafka's AdminClient sends it: to the controller (asked
+        again on NOT_CONTROLLER, the controller may have moved); a target per partition, None to
+        cancel. partition -> (error code, message)."""
+        req = pb.AlterPartitionReassignmentsRequest(timeout_ms=int(self.timeout_s * 1000), partitions=[
+            pb.ReassignablePartition(topic_name=t, partition_index=p, replicas=r or [], cancel=r is None)
+            for (t, p), r in sorted(reassignment.items())])
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            resp = self._controller().AlterPartitionReassignments(req, timeout=self.timeout_s + 5)
+            if resp.error_code != pb.ErrorCode.NOT_CONTROLLER or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+            self.view.refresh([])
+        raise_for(resp.error_code, resp.error_message)
+        return {(r.topic_name, r.partition_index): (r.error_code, r.error_message) for r in resp.results}
+
+    def list_partition_reassignments(self) -> dict[TopicPartition, pb.ReassignablePartition]:
+        """The partitions being reassigned: ``current_replicas`` (RS), ``replicas`` (the target),
+        ``adding_replicas`` and ``removing_replicas`` (ListPartitionReassignments)."""
         resp = self._any().ListPartitionReassignments(pb.ListPartitionReassignmentsRequest(), timeout=self.timeout_s)
         raise_for(resp.error_code, resp.error_message)
-        return bool(resp.reassignments)
+        return {TopicPartition(r.topic_name, r.partition_index): r for r in resp.reassignments}
+
+    def reassignment_in_progress(self) -> bool:
+        return bool(self.list_partition_reassignments())
+
+    def _controller(self) -> Any:
+        """The controller's broker (from the metadata), or any broker when none is known."""
+        self.view.refresh([])
+        address = self.view.brokers.get(self.view.controller_id)
+        return self.view.connection(address).api if address is not None else self._any()
 
     # ------------------------------------------------------------ ACLs and users (S12.3)
 

@@ -161,10 +161,12 @@ class RequestBatch:
                     continue
                 lai = st.leader_and_isr
                 leaders.add(lai.leader)
+                adding, removing = ctx.reassignments.get(tp, ((), ()))
                 req.partition_states.add(topic_name=tp[0], partition_index=tp[1],
                                          controller_epoch=st.controller_epoch, leader=lai.leader,
                                          leader_epoch=lai.leader_epoch, isr=list(lai.isr),
-                                         zk_version=lai.zk_version, replicas=ctx.replicas(tp), is_new=is_new)
+                                         zk_version=lai.zk_version, replicas=ctx.replicas(tp), is_new=is_new,
+                                         adding_replicas=list(adding), removing_replicas=list(removing))
             req.live_leaders.extend(endpoint(ctx.live_brokers[b]) for b in sorted(leaders) if b in ctx.live_brokers)
             channel.send(broker_id, "LeaderAndIsr", req)
         for broker_id in sorted(self.update_metadata_brokers):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from controller.state_machine import PartitionState, ReplicaState
 from proto.names import TopicPartition
-from zk.data import BrokerRegistration, LeaderIsrAndControllerEpoch
+from zk.data import BrokerRegistration, LeaderIsrAndControllerEpoch, ReplicaAssignment
 
 
 @dataclass
@@ -25,8 +25,10 @@ class ControllerContext:
     replica_states: dict[tuple[TopicPartition, int], ReplicaState] = field(default_factory=dict)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topics_to_be_deleted: set[str] = field(default_factory=set)
-    # Reassignments in progress: partition -> target replicas.
-    reassignments: dict[TopicPartition, list[int]] = field(default_factory=dict)
+    # Partitions being reassigned (Kafka's partitionsBeingReassigned, KIP-455): partition -> its
+    # (adding, removing) replicas; its replica set RS (= target + original while it runs) is in
+    # ``assignments``. See ``full_assignment``.
+    reassignments: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     # Topic deletion progress: topic -> (partition, replica) not yet confirmed deleted.
     deletion_pending: dict[str, set[tuple[TopicPartition, int]]] = field(default_factory=dict)
     # zk_version of each topic's assignment znode (reassignments write it conditionally).
@@ -47,7 +49,7 @@ class ControllerContext:
             replica_states=dict(self.replica_states),
             topic_configs={t: dict(c) for t, c in self.topic_configs.items()},
             topics_to_be_deleted=set(self.topics_to_be_deleted),
-            reassignments={tp: list(r) for tp, r in self.reassignments.items()},
+            reassignments=dict(self.reassignments),
             deletion_pending={t: set(s) for t, s in self.deletion_pending.items()},
             assignment_versions=dict(self.assignment_versions))
 
@@ -64,6 +66,20 @@ class ControllerContext:
 
     def replicas(self, tp: TopicPartition) -> list[int]:
         return self.assignments.get(tp[0], {}).get(tp[1], [])
+
+    def full_assignment(self, tp: TopicPartition) -> ReplicaAssignment:
+        """RS with the adding and removing replicas (none when the partition is not moving)."""
+        adding, removing = self.reassignments.get(tp, ((), ()))
+        return ReplicaAssignment(tuple(self.replicas(tp)), adding, removing)
+
+    def moving(self, topic: str) -> tuple[dict[int, tuple[int, ...]], dict[int, tuple[int, ...]]]:
+        """The topic's adding and removing replicas per partition (its znode's version 2 fields)."""
+        adding: dict[int, tuple[int, ...]] = {}
+        removing: dict[int, tuple[int, ...]] = {}
+        for (t, p), (a, r) in self.reassignments.items():
+            if t == topic:
+                adding[p], removing[p] = a, r
+        return adding, removing
 
     def partitions_on_broker(self, broker_id: int) -> list[TopicPartition]:
         return [tp for tp in self.all_partitions() if broker_id in self.replicas(tp)]

@@ -52,6 +52,7 @@ from controller.election import imbalanced_partitions
 from controller.event_manager import ControllerEventManager, enqueue
 from controller.events import (
     ALWAYS,
+    ApiPartitionReassignment,
     AutoRebalance,
     BrokerChange,
     ControlledShutdown,
@@ -104,6 +105,7 @@ from zk.data import (
     IsrChangeNotificationZNode,
     PreferredReplicaElectionZNode,
     ReassignPartitionsZNode,
+    ReplicaAssignment,
     TopicPartitionStateZNode,
     TopicsZNode,
     TopicZNode,
@@ -223,6 +225,17 @@ class KafkaController:
         self.put(ev)
         return ev.reply
 
+    def submit_partition_reassignments(self, partitions: dict[TopicPartition, list[int] | None]) \
+            -> concurrent.futures.Future[dict[TopicPartition, tuple[int, str]]]:
+        """AlterPartitionReassignments (Kafka 2.8's ApiPartitionReassignment event): a target per
+        partition, None to cancel; NOT_CONTROLLER on any other broker."""
+        ev = ApiPartitionReassignment(dict(partitions))
+        if not self.active:
+            ev.reply.set_result(_not_controller(list(partitions)))
+            return ev.reply
+        self.put(ev)
+        return ev.reply
+
     def submit_controlled_shutdown(self, broker_id: int, broker_epoch: int) \
             -> concurrent.futures.Future[pb.ControlledShutdownResponse]:
         ev = ControlledShutdown(broker_id, broker_epoch)
@@ -243,6 +256,8 @@ class KafkaController:
         if not self.active and not isinstance(ev, ALWAYS):
             if isinstance(ev, UncleanElection):
                 ev.reply.set_result(_not_controller(ev.partitions))
+            if isinstance(ev, ApiPartitionReassignment):
+                ev.reply.set_result(_not_controller(list(ev.partitions)))
             return
         if isinstance(ev, ControlledShutdown) and not self.active:
             ev.reply.set_result(pb.ControlledShutdownResponse(error_code=pb.ErrorCode.NOT_CONTROLLER))
@@ -273,6 +288,8 @@ class KafkaController:
                 ev.reply.set_result(pb.ControlledShutdownResponse(error_code=pb.ErrorCode.NOT_CONTROLLER))
             if isinstance(ev, UncleanElection) and not ev.reply.done():
                 ev.reply.set_result(_not_controller(ev.partitions))
+            if isinstance(ev, ApiPartitionReassignment) and not ev.reply.done():
+                ev.reply.set_result(_not_controller(list(ev.partitions)))
 
     def _run_planned(self, fn: Callable[[Scope], R]) -> R:
         """Run ``fn`` on a copy of the context, commit its staged writes guarded by the controller
@@ -312,8 +329,7 @@ class KafkaController:
                 else:
                     ctx.leadership[tp] = TopicPartitionStateZNode.decode(tp[0], tp[1], value[0], value[1])
             elif len(parts) == 4 and path == TopicZNode.path(parts[3]) and value is not None:
-                ctx.assignments[parts[3]] = TopicZNode.decode(parts[3], value[0])
-                ctx.assignment_versions[parts[3]] = value[1]
+                self._take_assignment(ctx, parts[3], TopicZNode.decode_full(parts[3], value[0]), value[1])
         return refreshed
 
     def _execute(self, plan: Plan) -> None:
@@ -340,9 +356,13 @@ class KafkaController:
             self.zk.delete_guarded(version, [TopicZNode.path(topic), ConfigTopicZNode.path(topic),
                                              DeleteTopicsZNode.path(topic)], recursive=True)
         elif isinstance(cleanup, RewriteReassignment):
-            remaining = cleanup.remaining
-            self.zk.set_or_delete_guarded(version, ReassignPartitionsZNode.PATH,
-                                          ReassignPartitionsZNode.encode(remaining) if remaining else None)
+            current = self.zk.get_partition_reassignment()
+            if current is None:
+                return
+            remaining = {tp: r for tp, r in current.items() if tp not in cleanup.done}
+            if remaining != current:
+                self.zk.set_or_delete_guarded(version, ReassignPartitionsZNode.PATH,
+                                              ReassignPartitionsZNode.encode(remaining) if remaining else None)
         else:
             self.zk.delete_guarded(version, list(cleanup.paths))
 
@@ -503,11 +523,12 @@ class KafkaController:
         # Pipelined reads (Kafka 1.1): one read per znode one after another took ~14 s for 10,000
         # partitions, while their leaders shrank ISRs under the stale copy - the commit then
         # conflicted half-way (issue 29).
+        ctx.reassignments.clear()
         topics = self.zk.get_topics()
-        assignments = self.zk.get_assignments_with_versions(topics)
+        assignments = self.zk.get_full_assignments_with_versions(topics)
         configs = self.zk.get_topic_configs(list(assignments))
         for topic, (assignment, version) in assignments.items():
-            ctx.assignments[topic], ctx.assignment_versions[topic] = assignment, version
+            self._take_assignment(ctx, topic, assignment, version)
             ctx.topic_configs[topic] = configs.get(topic, {})
         ctx.leadership.update(self.zk.get_partition_states(
             [(topic, p) for topic, (assignment, _v) in assignments.items() for p in assignment]))
@@ -534,6 +555,19 @@ class KafkaController:
             gone = set(st.leader_and_isr.isr) - live
             if gone and st.leader_and_isr.leader in live:
                 change_leadership(s, tp, lambda cur, g=gone: without(cur, g))  # type: ignore[misc]
+        # Reassignments the topic znodes show in progress (KIP-455) go on; the caught-up ones finish.
+        reassignment.resume_reassignments(s)
+
+    @staticmethod
+    def _take_assignment(ctx: ControllerContext, topic: str, full: dict[int, ReplicaAssignment], version: int) -> None:
+        """A topic's assignment znode as read: RS per partition, and the partitions being reassigned."""
+        ctx.assignments[topic] = {p: list(a.replicas) for p, a in full.items()}
+        ctx.assignment_versions[topic] = version
+        for p, a in full.items():
+            if a.being_reassigned:
+                ctx.reassignments[(topic, p)] = (a.adding, a.removing)
+            else:
+                ctx.reassignments.pop((topic, p), None)
 
     def _load_topic(self, s: Scope, topic: str) -> None:
         loaded = self.zk.get_assignment_with_version(topic)
@@ -717,7 +751,7 @@ class KafkaController:
             log.warning("controller: the replicas of %s partitions %s changed behind the controller; restoring",
                         topic, changed)
             v = ctx.assignment_versions[topic]
-            s.plan.stage(ZkWrite("set", TopicZNode.path(topic), TopicZNode.encode(merged), v))
+            s.plan.stage(ZkWrite("set", TopicZNode.path(topic), TopicZNode.encode(merged, *ctx.moving(topic)), v))
             ctx.assignment_versions[topic] = v + 1
         if not new:
             return
@@ -837,7 +871,6 @@ class KafkaController:
             for tp in tps:
                 if tp in ctx.reassignments:
                     reassignment.maybe_complete_reassignment(s, tp)
-            reassignment.finish_reassignments(s)
             s.plan.cleanups.append(DeletePaths(tuple(path for path, _tps in notifications)))
 
         self._run_planned(plan)
@@ -845,10 +878,16 @@ class KafkaController:
     # ------------------------------------------------------------ partition reassignment (S9.6)
 
     def _on_partition_reassignment(self, _ev: PartitionReassignment) -> None:
-        requested = self.zk.get_partition_reassignment()
-        if not requested:
+        """/admin/reassign_partitions (the ZooKeeper way, kept in Kafka 2.4+ beside the API)."""
+        found = self.zk.get_partition_reassignment()
+        if not found:
             return
-        self._run_planned(lambda s: reassignment.on_partition_reassignment(s, requested))
+        requested: dict[TopicPartition, list[int] | None] = {(t.topic, t.partition): r for t, r in found.items()}
+        self._run_planned(lambda s: reassignment.on_partition_reassignment(s, requested, from_zk=True))
+
+    def _on_api_partition_reassignment(self, ev: ApiPartitionReassignment) -> None:
+        """AlterPartitionReassignments (Kafka's processApiPartitionReassignment): per partition."""
+        ev.reply.set_result(self._run_planned(lambda s: reassignment.on_partition_reassignment(s, ev.partitions)))
 
     # ------------------------------------------------------------ controlled shutdown
 

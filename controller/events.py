@@ -103,6 +103,17 @@ class UncleanElection(Event):
 
 
 @dataclass
+class ApiPartitionReassignment(Event):
+    """AlterPartitionReassignments from this broker's API layer (Kafka's ApiPartitionReassignment):
+    a target per partition, None to cancel (KIP-455)."""
+
+    partitions: dict[tuple[str, int], list[int] | None]
+    # partition -> (wire error code, message)
+    reply: concurrent.futures.Future[dict[tuple[str, int], tuple[int, str]]] = field(
+        default_factory=concurrent.futures.Future)
+
+
+@dataclass
 class ControlledShutdown(Event):
     broker_id: int
     broker_epoch: int

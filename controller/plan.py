@@ -38,9 +38,10 @@ class DeleteTopicZNodes:
 
 @dataclass(frozen=True)
 class RewriteReassignment:
-    """/admin/reassign_partitions holds what is left (deleted when nothing is)."""
+    """Partitions leave /admin/reassign_partitions (deleted when nothing is left): completed or
+    refused ones, and those an API reassignment took over (Kafka's maybeRemoveFromZkReassignment)."""
 
-    remaining: dict[TopicPartitionId, list[int]]
+    done: frozenset[TopicPartitionId]
 
 
 @dataclass(frozen=True)

@@ -928,6 +928,39 @@ def encode_batch(records: Sequence[Record], *, compression: int = COMPRESSION_NO
                        is_transactional=is_transactional)
 
 
+def recompress_batches(buf: bytes | bytearray | memoryview, info: BatchesInfo, codec: int,
+                       max_batch_bytes: int) -> bytes | None:
+    """A topic's compression.type on the leader (Kafka's LogValidator): every batch of ``buf`` (already
+    validated deep, ``info``) whose codec is not ``codec`` rebuilt with it - same records, offset
+    deltas, timestamps, producer fields and attribute bits, decompressed through the same bounded
+    path as validation - the others kept byte for byte. None when every batch already has ``codec``.
+    MessageTooLargeError when a rebuilt batch exceeds ``max_batch_bytes``."""
+    if all(b.attributes & CODEC_MASK == codec for b in info.batches):
+        return None
+    if codec not in SUPPORTED_CODECS:
+        raise UnsupportedCompressionTypeError(f"compression codec {codec} is not supported")
+    mv = memoryview(buf)
+    bound = max(0, (max_batch_bytes if max_batch_bytes >= 0 else DEFAULT_MAX_DECOMPRESSED_BYTES) - HEADER_SIZE)
+    parts: list[bytes | memoryview] = []
+    for b in info.batches:
+        old = b.attributes & CODEC_MASK
+        if old == codec:
+            parts.append(mv[b.position:b.position + b.size])
+            continue
+        records = decompress_bounded(old, mv[b.position + HEADER_SIZE:b.position + b.size], bound,
+                                     f"batch at position {b.position}")
+        attributes = (b.attributes & ~CODEC_MASK) | codec
+        tail = struct.pack(">hiqqqhii", attributes, b.last_offset_delta, b.base_timestamp, b.max_timestamp,
+                           b.producer_id, b.producer_epoch, b.base_sequence, b.record_count) + _compress(codec, records)
+        rebuilt = struct.pack(">qiibI", b.base_offset, len(tail) + 9, b.partition_leader_epoch, MAGIC,
+                              crc32c(tail)) + tail
+        if 0 <= max_batch_bytes < len(rebuilt):
+            raise MessageTooLargeError(f"the batch at position {b.position} is {len(rebuilt)} bytes once "
+                                       f"recompressed, over max.message.bytes ({max_batch_bytes})")
+        parts.append(rebuilt)
+    return b"".join(parts)
+
+
 # ----------------------------------------------------------------- decoding (client / cold paths)
 
 

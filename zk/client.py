@@ -71,6 +71,7 @@ from zk.data import (
     PreferredReplicaElectionZNode,
     ProducerIdBlockZNode,
     ReassignPartitionsZNode,
+    ReplicaAssignment,
     TopicPartitionId,
     TopicPartitionStateZNode,
     TopicsZNode,
@@ -533,6 +534,22 @@ class KafkaZkClient:
             return None
         return TopicZNode.decode(topic, data), int(stat.version)
 
+    def get_full_assignments_with_versions(self, topics: Sequence[str]) \
+            -> dict[str, tuple[dict[int, ReplicaAssignment], int]]:
+        """As ``get_assignments_with_versions``, with each partition's adding and removing replicas
+        (KIP-455: a reassignment in progress), read pipelined."""
+        found = self._get_many([TopicZNode.path(t) for t in topics])
+        return {t: (TopicZNode.decode_full(t, v[0]), v[1]) for t in topics
+                if (v := found.get(TopicZNode.path(t))) is not None}
+
+    def get_ongoing_reassignments(self, topics: Sequence[str] | None = None) -> dict[TopicPartitionId,
+                                                                                     ReplicaAssignment]:
+        """Partitions being reassigned (adding or removing replicas in their topic's znode), every
+        topic's unless ``topics`` names some (ListPartitionReassignments)."""
+        names = self.get_topics() if topics is None else list(topics)
+        return {TopicPartitionId(t, p): a for t, (full, _v) in self.get_full_assignments_with_versions(names).items()
+                for p, a in sorted(full.items()) if a.being_reassigned}
+
     def get_assignments_with_versions(self, topics: Sequence[str]) -> dict[str, tuple[dict[int, list[int]], int]]:
         """Every topic's assignment and znode version, read pipelined (a vanished topic is absent)."""
         found = self._get_many([TopicZNode.path(t) for t in topics])
@@ -738,8 +755,13 @@ class KafkaZkClient:
     def set_assignment_if_version(self, topic: str, assignment: dict[int, list[int]], version: int) -> bool:
         """Write a topic's assignment (partitions added: Kafka's AdminZkClient.addPartitions) only if
         its znode is still at ``version``; False when someone wrote it meanwhile (or it is gone). A
-        retried set whose first reply was lost is recognised: our data at ``version + 1``."""
-        data = TopicZNode.encode(assignment)
+        retried set whose first reply was lost is recognised: our data at ``version + 1``. The
+        adding and removing replicas of partitions being reassigned are kept (KIP-455)."""
+        read = self._read(TopicZNode.path(topic))
+        moving = TopicZNode.decode_full(topic, read[0]) if read is not None and read[1] == version else {}
+        kept = {p: a for p, a in moving.items() if a.being_reassigned and list(a.replicas) == assignment.get(p)}
+        data = TopicZNode.encode(assignment, {p: a.adding for p, a in kept.items()},
+                                 {p: a.removing for p, a in kept.items()})
         try:
             self._r(self.zk.set, TopicZNode.path(topic), data, version=version)
         except NoNodeError:
@@ -920,7 +942,12 @@ class KafkaZkClient:
 
     def get_group_offsets_and_metadata(self, group: str) -> dict[tuple[str, int], tuple[int, str]]:
         """Every committed (offset, metadata) of ``group``; unreadable ones skipped."""
-        out: dict[tuple[str, int], tuple[int, str]] = {}
+        return {tp: (o, m) for tp, (o, m, _ts) in self.get_group_offset_commits(group).items()}
+
+    def get_group_offset_commits(self, group: str) -> dict[tuple[str, int], tuple[int, str, int]]:
+        """Every committed (offset, metadata, commit timestamp - -1 when not stored) of ``group``;
+        unreadable ones skipped."""
+        out: dict[tuple[str, int], tuple[int, str, int]] = {}
         try:
             topics = self._r(self.zk.get_children, ConsumersZNode.offsets(group))
         except NoNodeError:
@@ -937,7 +964,7 @@ class KafkaZkClient:
                     data, _ = self._r(self.zk.get, ConsumersZNode.offset(group, topic, int(part)))
                 except NoNodeError:
                     continue
-                found = ConsumersZNode.decode_offset_and_metadata(data)
+                found = ConsumersZNode.decode_offset_commit(data)
                 if found is not None:
                     out[(topic, int(part))] = found
         return out
@@ -1008,7 +1035,7 @@ class KafkaZkClient:
         return not any(isinstance(r, Exception) for r in self._r(check))
 
     def commit_group_offsets(self, lease: GroupLease, offsets: dict[tuple[str, int], tuple[int, str]],
-                             known: set[tuple[str, int]]) -> None:
+                             known: set[tuple[str, int]], commit_timestamp_ms: int = -1) -> None:
         """Write committed offsets in one multi-op conditional on ``lease`` (NotCoordinatorError when
         it was fenced: nothing written). ``known`` are the partitions believed to have a znode
         (set) - the others are created; a wrong guess is corrected from the conflict's re-read."""
@@ -1019,7 +1046,8 @@ class KafkaZkClient:
         guard = ConsumersZNode.coordinator(group)
         for _attempt in range(3):
             writes = [ZkWrite("set" if exists[(t, p)] else "create", ConsumersZNode.offset(group, t, p),
-                              ConsumersZNode.encode_offset(o, m)) for (t, p), (o, m) in sorted(offsets.items())]
+                              ConsumersZNode.encode_offset(o, m, commit_timestamp_ms))
+                      for (t, p), (o, m) in sorted(offsets.items())]
             result = self.commit_guarded(lease.zk_version, writes, guard=guard)
             if result.applied:
                 return

@@ -10,6 +10,7 @@ Decoders raise ``CorruptZnodeError`` for data that is not what the schema says.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -134,16 +135,79 @@ class TopicsZNode:
     PATH: Final = "/brokers/topics"
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaAssignment:
+    """A partition's replica set while it may be moving (Kafka 2.4+'s ReplicaAssignment, KIP-455):
+    RS = ``replicas``, AR = ``adding``, RR = ``removing``. The original set is RS - AR and the
+    target RS - RR, in RS's order; a reassignment to TRS makes RS = TRS + ORS (TRS first, each
+    broker once), as Kafka's ``reassignTo``, so the target keeps its order (its first replica is
+    the preferred leader) and ORS comes back in RS's order when it is cancelled."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def origin(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def being_reassigned(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    def reassign_to(self, target: Sequence[int]) -> ReplicaAssignment:
+        origin = self.origin
+        full = tuple(dict.fromkeys([*target, *origin]))
+        return ReplicaAssignment(full, tuple(r for r in full if r not in origin),
+                                 tuple(r for r in full if r not in target))
+
+
 class TopicZNode:
-    """/brokers/topics/[topic]: {"version":1,"partitions":{"0":[3,0,1],...}}"""
+    """/brokers/topics/[topic]: {"version":1,"partitions":{"0":[3,0,1],...}}; while partitions move,
+    Kafka 2.4+'s version 2: {"version":2,"partitions":{...},"adding_replicas":{"0":[4]},
+    "removing_replicas":{"0":[1]}} (only partitions with some listed). Version 1 is written when
+    nothing moves (what every Kafka reader and older tool takes); both are read."""
 
     @staticmethod
     def path(topic: str) -> str:
         return f"/brokers/topics/{topic}"
 
     @staticmethod
-    def encode(assignment: dict[int, list[int]]) -> bytes:
-        return _dump({"version": 1, "partitions": {str(p): list(r) for p, r in sorted(assignment.items())}})
+    def encode(assignment: dict[int, list[int]], adding: Mapping[int, Sequence[int]] | None = None,
+               removing: Mapping[int, Sequence[int]] | None = None) -> bytes:
+        partitions = {str(p): list(r) for p, r in sorted(assignment.items())}
+        moving_in = {str(p): list(r) for p, r in sorted((adding or {}).items()) if r and p in assignment}
+        moving_out = {str(p): list(r) for p, r in sorted((removing or {}).items()) if r and p in assignment}
+        if not moving_in and not moving_out:
+            return _dump({"version": 1, "partitions": partitions})
+        return _dump({"version": 2, "partitions": partitions, "adding_replicas": moving_in,
+                      "removing_replicas": moving_out})
+
+    @staticmethod
+    def encode_full(assignment: Mapping[int, ReplicaAssignment]) -> bytes:
+        return TopicZNode.encode({p: list(a.replicas) for p, a in assignment.items()},
+                                 {p: a.adding for p, a in assignment.items()},
+                                 {p: a.removing for p, a in assignment.items()})
+
+    @staticmethod
+    def decode_full(topic: str, data: bytes) -> dict[int, ReplicaAssignment]:
+        """Every partition's replicas with what is being added and removed (nothing, for version 1)."""
+        path = TopicZNode.path(topic)
+        obj = _json(data, path)
+        try:
+            def lists(key: str) -> dict[int, tuple[int, ...]]:
+                return {int(p): tuple(int(b) for b in r) for p, r in (obj.get(key) or {}).items()}
+
+            replicas, adding, removing = lists("partitions"), lists("adding_replicas"), lists("removing_replicas")
+            if "partitions" not in obj:
+                raise KeyError("partitions")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise CorruptZnodeError(f"{path}: bad assignment {obj!r}") from None
+        return {p: ReplicaAssignment(r, adding.get(p, ()), removing.get(p, ())) for p, r in replicas.items()}
 
     @staticmethod
     def encoded_size(assignment: dict[int, list[int]]) -> int:
@@ -523,25 +587,38 @@ class ConsumersZNode:
         return f"/consumers/{group}/coordinator"
 
     @staticmethod
-    def encode_offset(offset: int, metadata: str = "") -> bytes:
-        """A plain decimal number when there is no metadata (what Kafka's old consumer wrote, and
-        every reader of this layout understands); JSON with the commit's metadata otherwise."""
-        if not metadata:
+    def encode_offset(offset: int, metadata: str = "", commit_timestamp_ms: int = -1) -> bytes:
+        """A plain decimal number when there is no metadata nor commit time (what Kafka's old
+        consumer wrote, and every reader of this layout understands); JSON with the commit's
+        metadata and, when given, its commit time (``commit_timestamp``, for offsets.retention.minutes;
+        readers that predate it ignore the key) otherwise."""
+        if not metadata and commit_timestamp_ms < 0:
             return str(offset).encode()
-        return _dump({"version": 1, "offset": offset, "metadata": metadata})
+        obj: dict[str, Any] = {"version": 1, "offset": offset, "metadata": metadata}
+        if commit_timestamp_ms >= 0:
+            obj["commit_timestamp"] = commit_timestamp_ms
+        return _dump(obj)
 
     @staticmethod
     def decode_offset_and_metadata(data: bytes | None) -> tuple[int, str] | None:
         """(offset, metadata) of either form; None if unreadable."""
+        found = ConsumersZNode.decode_offset_commit(data)
+        return None if found is None else found[:2]
+
+    @staticmethod
+    def decode_offset_commit(data: bytes | None) -> tuple[int, str, int] | None:
+        """(offset, metadata, commit timestamp) of either form, the timestamp -1 where none was
+        stored (the plain form, or JSON written before it was); None if unreadable."""
         raw = bytes(data or b"")
         try:
             if raw.startswith(b"{"):
                 obj = json.loads(raw.decode())
                 offset, metadata = obj["offset"], obj.get("metadata", "")
-                if type(offset) is not int or not isinstance(metadata, str):
+                ts = obj.get("commit_timestamp", -1)
+                if type(offset) is not int or not isinstance(metadata, str) or type(ts) is not int:
                     return None
-                return offset, metadata
-            return int(raw.decode()), ""
+                return offset, metadata, ts
+            return int(raw.decode()), "", -1
         except (UnicodeDecodeError, ValueError, KeyError, TypeError):
             return None
 

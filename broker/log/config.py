@@ -363,3 +363,13 @@ def parse_topic_config(d: TopicConfigDef, raw: str) -> object:
     if not type_low <= number <= type_high:
         raise InvalidConfigError(f"invalid value {raw!r} for config {d.name}: not a {d.type}")
     return number
+
+
+def topic_config_markdown() -> str:
+    """The README's topic config table (tests/unit/test_topic_configs.py checks the README holds it)."""
+    lines = ["| config | type | Kafka's default | valid values | here |", "|---|---|---|---|---|"]
+    for d in TOPIC_CONFIGS:
+        default = d.default if d.default != str(LONG_MAX) else "Long.MAX_VALUE"
+        here = d.status + (f": {d.reason}" if d.reason else "")
+        lines.append(f"| `{d.name}` | {d.type} | `{default}` | {d.valid_text or '-'} | {here} |")
+    return "\n".join(lines)

@@ -85,6 +85,8 @@ from proto.errors import (
     UnknownProducerIdError,
 )
 from proto.record_batch import (
+    CODEC_BY_NAME,
+    COMPRESSION_NONE,
     LOG_OVERHEAD,
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
@@ -93,6 +95,7 @@ from proto.record_batch import (
     BatchInfo,
     Record,
     iter_headers,
+    recompress_batches,
     set_log_append_time,
     stamp_prefix,
     validate_batches,
@@ -402,6 +405,12 @@ class Log:
                                 max_timestamp=max_ts)
         if cfg.compact:  # only compacted logs pay for decoding the records (Kafka's LogValidator)
             check_keys_for_compaction(records, info, self.topic, self.partition)
+        if cfg.compression_type != "producer":  # only these topics pay for it (Kafka's LogValidator)
+            codec = COMPRESSION_NONE if cfg.compression_type == "uncompressed" else CODEC_BY_NAME[cfg.compression_type]
+            rebuilt = recompress_batches(records, info, codec, cfg.max_message_bytes)
+            if rebuilt is not None:
+                records = rebuilt
+                info = validate_batches(records, max_batch_bytes=cfg.max_message_bytes)
         self._check_fits(len(records))
         idempotent = info.producer_batches
         if idempotent and max_producer_id is not None:

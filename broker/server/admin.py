@@ -51,7 +51,14 @@ from proto import minikafka_pb2 as pb
 from proto.names import ILLEGAL_GROUP_CHARS, validate_group_id, validate_topic_name
 from proto.scram import MAX_ITERATIONS, MECHANISM, MIN_ITERATIONS, credential_from_salted
 from zk.client import KafkaZkClient
-from zk.data import MAX_ZNODE_BYTES, ConfigTopicZNode, DeleteTopicsZNode, TopicPartitionId, TopicZNode
+from zk.data import (
+    MAX_ZNODE_BYTES,
+    ConfigTopicZNode,
+    DeleteTopicsZNode,
+    ReplicaAssignment,
+    TopicPartitionId,
+    TopicZNode,
+)
 
 E = pb.ErrorCode
 # The filter pattern types a LITERAL binding may match.
@@ -59,6 +66,9 @@ _LITERAL_MATCHING: Final = frozenset({pb.AclPatternType.PATTERN_UNSPECIFIED, pb.
                                       pb.AclPatternType.PATTERN_MATCH, pb.AclPatternType.PATTERN_LITERAL})
 UncleanElection = Callable[[list[tuple[str, int]]],
                            "concurrent.futures.Future[dict[tuple[str, int], tuple[int, str]]]"]
+# The controller's AlterPartitionReassignments: partition -> target (None: cancel) in, (code, message) out.
+Reassign = Callable[[dict[tuple[str, int], list[int] | None]],
+                    "concurrent.futures.Future[dict[tuple[str, int], tuple[int, str]]]"]
 
 
 class AdminManager:
@@ -68,6 +78,8 @@ class AdminManager:
         self.config = config
         # The controller's unclean election of leaderless partitions: partition -> (code, message).
         self.unclean_election = unclean_election
+        # The controller's reassignments (KIP-455), wired by KafkaServer like ``unclean_election``.
+        self.reassign: Reassign | None = None
         self.zk = zk
         self.metadata = metadata
         self.topic_config = topic_config
@@ -477,63 +489,66 @@ class AdminManager:
     async def alter_partition_reassignments(self, req: pb.AlterPartitionReassignmentsRequest,
                                             ctx: RequestContext = LOCAL_CLIENT) \
             -> pb.AlterPartitionReassignmentsResponse:
-        """KIP-455's API over Kafka 2.x's /admin/reassign_partitions: refused at submission when a
-        target is not live, lists a broker twice or names an unknown partition."""
+        """KIP-455 as Kafka 2.8 in ZooKeeper mode: the controller takes the request as one event
+        (``reassign``) and answers per partition - a target starts a reassignment or replaces the
+        running one's target, a cancel (null replicas) reverts a running one to its original
+        replicas; other partitions' reassignments keep running. On any other broker than the
+        controller's: NOT_CONTROLLER (clients send it to the controller, as Kafka's do)."""
         self._require_cluster(ctx, "Alter")
         resp = pb.AlterPartitionReassignmentsResponse(error_code=E.NONE)
         entries = [(p.topic_name, p.partition_index) for p in req.partitions]
         verdicts = judge_partitions(entries, self.config.max_request_partitions)
-        live = set(await asyncio.to_thread(self.zk.get_broker_ids))
-        running = await asyncio.to_thread(self.zk.get_partition_reassignment) if any(
-            rp.cancel for rp in req.partitions) else {}
-        plan: dict[TopicPartitionId, list[int]] = {}
+        requested: dict[tuple[str, int], list[int] | None] = {}
+        refused: dict[tuple[str, int], tuple[int, str]] = {}
         for rp, verdict in zip(req.partitions, verdicts, strict=True):
-            reason = ""
-            if verdict == E.NONE and not self._known_partition(rp.topic_name, rp.partition_index):
-                verdict = E.UNKNOWN_TOPIC_OR_PARTITION
-            elif verdict == E.NONE and rp.cancel:
-                # KIP-455's cancel: Kafka's answer where nothing runs; a running ZooKeeper-era
-                # reassignment (/admin/reassign_partitions) is not reverted here yet.
-                if TopicPartitionId(rp.topic_name, rp.partition_index) not in (running or {}):
-                    verdict = E.NO_REASSIGNMENT_IN_PROGRESS
-                else:
-                    verdict, reason = E.REASSIGNMENT_IN_PROGRESS, "a running reassignment cannot be cancelled yet"
-            elif verdict == E.NONE:
-                target = list(rp.replicas)
-                if not target or len(set(target)) != len(target):
-                    verdict, reason = E.INVALID_REPLICA_ASSIGNMENT, f"replicas {target} are empty or repeat a broker"
-                elif not set(target) <= live:
-                    verdict = E.INVALID_REPLICA_ASSIGNMENT
-                    reason = f"brokers {sorted(set(target) - live)} are not live"
-            resp.results.add(topic_name=rp.topic_name, partition_index=rp.partition_index, error_code=verdict,
-                             error_message=reason or ("" if verdict == E.NONE else error_message(verdict)))
-            if verdict == E.NONE:
-                plan[TopicPartitionId(rp.topic_name, rp.partition_index)] = list(rp.replicas)
-        if plan and not all(r.error_code != E.NONE for r in resp.results):
-            if any(r.error_code != E.NONE for r in resp.results):
-                # All or nothing: one reassignment znode, as kafka-reassign-partitions writes it.
-                resp.error_code, resp.error_message = E.INVALID_REPLICA_ASSIGNMENT, "some partitions were refused"
+            tp = (rp.topic_name, rp.partition_index)
+            if verdict != E.NONE:
+                refused[tp] = (verdict, error_message(verdict))
+            else:
+                requested[tp] = None if rp.cancel else list(rp.replicas)
+        outcome: dict[tuple[str, int], tuple[int, str]] = {}
+        if requested:
+            if self.reassign is None:
+                outcome = {tp: (E.NOT_CONTROLLER, "") for tp in requested}
+            else:
+                timeout_s = min(max(req.timeout_ms, 0) or self.config.request_timeout_ms,
+                                self.config.request_timeout_ms) / 1000.0
+                try:  # bounded: a controller that resigns meanwhile answers NOT_CONTROLLER, but never wait forever
+                    outcome = await asyncio.wait_for(asyncio.wrap_future(self.reassign(requested)), timeout_s)
+                except TimeoutError:
+                    outcome = {tp: (E.REQUEST_TIMED_OUT, "the controller did not answer in time") for tp in requested}
+            if all(code == E.NOT_CONTROLLER for code, _m in outcome.values()):
+                resp.error_code, resp.error_message = E.NOT_CONTROLLER, "this broker is not the controller"
                 return resp
-            if not await asyncio.to_thread(self.zk.create_partition_reassignment, plan):
-                resp.error_code = E.REASSIGNMENT_IN_PROGRESS
-                resp.error_message = "a reassignment is already in progress"
+        for rp in req.partitions:
+            tp = (rp.topic_name, rp.partition_index)
+            code, message = refused.get(tp) or outcome.get(tp, (E.UNKNOWN_SERVER_ERROR, "no answer"))
+            resp.results.add(topic_name=tp[0], partition_index=tp[1], error_code=code,
+                             error_message=message or ("" if code == E.NONE else E.Name(code)))
         return resp
 
     async def list_partition_reassignments(self, req: pb.ListPartitionReassignmentsRequest,
                                            ctx: RequestContext = LOCAL_CLIENT) -> pb.ListPartitionReassignmentsResponse:
+        """The partitions being reassigned, read from their topics' assignment znodes, where the
+        controller keeps RS, the adding and the removing replicas (KIP-455); answered by any broker.
+        A partition still only named in /admin/reassign_partitions (the controller has not taken it
+        yet) is listed with what its target would add and remove."""
         self._require_cluster(ctx, "Describe")
-        current = await asyncio.to_thread(self.zk.get_partition_reassignment) or {}
+        ongoing = await asyncio.to_thread(self.zk.get_ongoing_reassignments)
+        legacy = await asyncio.to_thread(self.zk.get_partition_reassignment) or {}
         resp = pb.ListPartitionReassignmentsResponse(error_code=E.NONE)
-        for tpid, replicas in sorted(current.items()):
-            info = self.metadata.partition(tpid.topic, tpid.partition)
-            now = list(info.replicas) if info is not None else []
-            # Kafka's adding replicas are the target's new ones; those still out of the ISR are shown
-            # (the original set is not kept once the controller has extended the assignment).
-            isr = set(info.isr) if info is not None else set()
-            resp.reassignments.add(topic_name=tpid.topic, partition_index=tpid.partition, replicas=replicas,
-                                   current_replicas=now + [r for r in replicas if r not in now],
-                                   adding_replicas=[r for r in replicas if r not in now or r not in isr],
-                                   removing_replicas=[r for r in now if r not in replicas])
+        for tpid in sorted(set(ongoing) | set(legacy), key=lambda t: (t.topic, t.partition)):
+            moving = ongoing.get(tpid)
+            if moving is None:
+                info = self.metadata.partition(tpid.topic, tpid.partition)
+                if info is None:
+                    continue
+                moving = ReplicaAssignment(tuple(info.replicas)).reassign_to(legacy[tpid])
+                if not moving.being_reassigned:
+                    continue
+            resp.reassignments.add(topic_name=tpid.topic, partition_index=tpid.partition,
+                                   replicas=list(moving.target), current_replicas=list(moving.replicas),
+                                   adding_replicas=list(moving.adding), removing_replicas=list(moving.removing))
         return resp
 
     # ------------------------------------------------------------ ACLs (S12.3)

@@ -128,12 +128,15 @@ class KafkaServer:
             control_plane_listener=cfg.control_plane_listener.name,
             channel_security=self.gate.broker_channel_security()), self.zk)
         self.admin.unclean_election = self.controller.submit_unclean_election  # ElectLeaders UNCLEAN
+        self.admin.reassign = self.controller.submit_partition_reassignments  # AlterPartitionReassignments
         self.group_coordinator = GroupCoordinator(self.broker_id, self.zk, self._live_broker_ids, CoordinatorLimits(
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
             max_session_timeout_ms=cfg.group_max_session_timeout_ms, max_group_size=cfg.group_max_size,
             initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
             max_committed_partitions=cfg.group_max_committed_partitions,
-            offset_metadata_max_bytes=cfg.offset_metadata_max_bytes))
+            offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
+            offsets_retention_ms=cfg.offsets_retention_minutes * 60 * 1000,
+            offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms))
         self.registration = BrokerRegistrationManager(
             self.zk, self.broker_id, cfg.session_timeout_ms, self._registration, self._on_registered,
             SessionListeners(on_zk_state=self.controller.on_zk_state,

@@ -58,8 +58,10 @@ def parse_add_config(value: str) -> dict[str, str]:
 def entry_line(e: pb.ConfigEntry) -> str:
     """One described config, as kafka-configs prints it (a sensitive value is null)."""
     value = "null" if e.is_sensitive else e.value
-    return (f"  {e.name}={value} sensitive={str(e.is_sensitive).lower()} "
-            f"synonyms={{{pb.ConfigSource.Name(e.source)}:{e.name}={value}}}")
+    # The entry's own synonyms where the broker gives them (topic configs, issue 34), else itself.
+    synonyms = ", ".join(f"{pb.ConfigSource.Name(s.source)}:{s.name}={'null' if e.is_sensitive else s.value}"
+                         for s in e.synonyms) or f"{pb.ConfigSource.Name(e.source)}:{e.name}={value}"
+    return f"  {e.name}={value} sensitive={str(e.is_sensitive).lower()} synonyms={{{synonyms}}}"
 
 
 def _shown(entries: list[pb.ConfigEntry], describe_all: bool) -> list[pb.ConfigEntry]:

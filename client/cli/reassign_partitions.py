@@ -1,4 +1,4 @@
-"""``minikafka reassign-partitions``: mirrors kafka-reassign-partitions.sh (``--generate/--execute/--verify``).
+"""``minikafka reassign-partitions``: mirrors kafka-reassign-partitions.sh (``--generate/--execute/--verify/--cancel``).
 
 The JSON files it reads and prints are parsed in ``client.cli.reassignment``.
 """
@@ -32,9 +32,14 @@ def add_parser(sub: Any) -> None:
     ra_action.add_argument("--execute", action="store_true",
                            help="start the reassignment in --reassignment-json-file (refused for brokers not live)")
     ra_action.add_argument("--verify", action="store_true", help="whether a reassignment is still in progress")
+    ra_action.add_argument("--cancel", action="store_true",
+                           help="cancel the running reassignments of the partitions in --reassignment-json-file: "
+                                "each goes back to its original replicas")
     ra.add_argument("--reassignment-json-file", type=Path,
                     help='{"version":1,"partitions":[{"topic":T,"partition":P,"replicas":[ids]}]}; see '
                          "docs/reassignment.md")
+    ra.add_argument("--additional", action="store_true",
+                    help="with --execute: start these reassignments beside those already running")
     ra.add_argument("--topics-to-move-json-file", type=Path,
                     help='with --generate: {"version":1,"topics":[{"topic":T},...]}')
     ra.add_argument("--broker-list", default=None, metavar="ID,ID,...",
@@ -82,6 +87,26 @@ def cmd_reassign(args: argparse.Namespace) -> int:
                       + reassignment.format_reassignment(proposed))
             return 0
         mapping = reassignment.parse_reassignment(_read(args.reassignment_json_file, "--reassignment-json-file"))
+        if args.cancel:
+            return _cancel(args, admin, sorted(mapping))
+        if not args.additional and admin.reassignment_in_progress():
+            raise errors.ReassignmentInProgressError(
+                "Cannot execute because there is an existing partition assignment. Use --additional to "
+                "override this and create a new partition assignment in addition to the existing one.")
         admin.reassign_partitions(mapping)
         print_result(args, {"started": len(mapping)}, f"Started the reassignment of {len(mapping)} partitions.")
     return 0
+
+
+def _cancel(args: argparse.Namespace, admin: AdminClient, partitions: list[TopicPartition]) -> int:
+    """kafka-reassign-partitions --cancel: each listed partition's reassignment reverted (Kafka's
+    answer for one not moving: NO_REASSIGNMENT_IN_PROGRESS, reported and exit code 1)."""
+    results = admin.cancel_partition_reassignments(partitions)
+    failed = {f"{tp.topic}-{tp.partition}": code for tp, code in sorted(results.items()) if code != "NONE"}
+    cancelled = [f"{tp.topic}-{tp.partition}" for tp, code in sorted(results.items()) if code == "NONE"]
+    lines = []
+    if cancelled:
+        lines.append("Successfully cancelled reassignment of partitions: " + ",".join(cancelled))
+    lines += [f"Error cancelling partition reassignment for {name}: {code}" for name, code in failed.items()]
+    print_result(args, {"cancelled": cancelled, "errors": failed}, "\n".join(lines))
+    return 1 if failed else 0

@@ -992,7 +992,8 @@ def test_reassignments_and_elections_on_the_kafka_listener(module_cluster) -> No
     topic = "elect-reassign"
     create(admin, topic, 1, rf=2)
     replicas = list(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].replicas)
-    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    md = admin.list_topics(timeout=10)  # Kafka 2.8 takes reassignments on the controller only (NOT_CONTROLLER)
+    host, port = md.brokers[md.controller_id].host, md.brokers[md.controller_id].port
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         listed = kafka_call(sock, 46, 0, {"timeout": 10_000, "topics": None})
         assert listed.error_code == 0 and all(t.name != topic for t in listed.topics)

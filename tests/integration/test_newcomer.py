@@ -146,8 +146,7 @@ def test_refusals_and_notices_instead_of_silent_guesses(cluster, tmp_path: Path)
     # Reassignment to a broker that does not exist: refused at submission, nothing started.
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "typo", "partition": 0, "replicas": [7]}]}))
-    r = cli("reassign-partitions", "--execute", "--reassignment-json-file", str(plan),
-            "--zookeeper", cluster.zk_connect, *common)
+    r = cli("reassign-partitions", "--execute", "--reassignment-json-file", str(plan), *common)
     assert r.returncode == 1 and "brokers [7] are not live" in one_line(r)
     assert "Started" not in r.stdout
 

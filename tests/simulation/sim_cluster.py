@@ -68,6 +68,7 @@ from zk.data import (
     LeaderIsrAndControllerEpoch,
     TopicPartitionId,
     TopicPartitionStateZNode,
+    TopicZNode,
 )
 
 TOPIC = "sim"
@@ -905,18 +906,41 @@ class Simulation:
             self.note(f"fault {kind} b{b.id}")
 
     def _admin_request(self) -> None:
-        """What kafka-reassign-partitions and kafka-leader-election write (S10.3, S10.4)."""
+        """What kafka-reassign-partitions and kafka-leader-election write (S10.3, S10.4), and
+        AlterPartitionReassignments sent to the controller (KIP-455: a target or a cancel)."""
         p = self.rng.randrange(self.cfg.partitions)
         tp = TopicPartitionId(TOPIC, p)
         try:
-            if self.rng.random() < 0.6:
+            kind = self.rng.random()
+            if kind < 0.3:
                 target = self.rng.sample(sorted(self.brokers), self.cfg.replication_factor)
                 if self.admin.create_partition_reassignment({tp: target}):
                     self.note(f"admin: reassign {tp} to {target}")
+            elif kind < 0.6:
+                self._api_reassignment(tp)
             elif self.admin.create_preferred_replica_election([tp]):
                 self.note(f"admin: preferred election for {tp}")
         except (KazooException, RetryFailedError):
             pass  # the tool reports the error; the user tries again
+
+    def _api_reassignment(self, tp: TopicPartitionId) -> None:
+        """AlterPartitionReassignments to the broker the admin believes is the controller: a new
+        target (replacing a running one) or, half the time, a cancel (null target)."""
+        target = None if self.rng.random() < 0.5 else self.rng.sample(sorted(self.brokers), self.cfg.replication_factor)
+        acting = [b for b in self.brokers.values() if b.up and b.controller is not None and b.controller.active]
+        if not acting:
+            return
+        b = acting[self.rng.randrange(len(acting))]
+        assert b.controller is not None
+        reply = b.controller.submit_partition_reassignments({(tp.topic, tp.partition): target})
+        what = "cancel reassignment of" if target is None else f"reassign (API) to {target}"
+        self.note(f"admin: {what} {tp} via b{b.id}")
+
+        def answered(f: Any) -> None:
+            code, message = f.result()[(tp.topic, tp.partition)]
+            self.note(f"admin: {what} {tp}: {E.Name(code)} {message}".rstrip())
+
+        reply.add_done_callback(answered)
 
     def heal(self) -> None:
         self.faults_on = False
@@ -1008,7 +1032,20 @@ class Simulation:
             return False
         if any(m.kind in ("LeaderAndIsr", "UpdateMetadata", "StopReplica") for m in self.net.inflight):
             return False
-        return all(self._settled(p) for p in range(self.cfg.partitions))
+        return all(self._settled(p) for p in range(self.cfg.partitions)) and not self._hanging_reassignments()
+
+    def _hanging_reassignments(self) -> list[str]:
+        """Reassignments whose target replicas are all in sync but which have not completed (a
+        controller finishes them: it may still have to be elected again, see ELECTION_RETRY_S)."""
+        node = self.zk.node(TopicZNode.path(TOPIC))
+        assert node is not None and node[0] is not None
+        out = []
+        for p, a in sorted(TopicZNode.decode_full(TOPIC, node[0]).items()):
+            state = self.zk_state((TOPIC, p))
+            isr = set(state.leader_and_isr.isr) if state is not None else set()
+            if a.being_reassigned and set(a.target) <= isr:
+                out.append(f"{(TOPIC, p)}: the reassignment to {list(a.target)} never completed (ISR {sorted(isr)})")
+        return out
 
     def _settled(self, p: int) -> bool:
         tp = (TOPIC, p)
@@ -1029,6 +1066,7 @@ class Simulation:
         return TopicPartitionStateZNode.decode(tp[0], tp[1], node[0], node[1].version)
 
     def check_final(self) -> None:
+        self._check_reassignments()
         for p in range(self.cfg.partitions):
             tp = (TOPIC, p)
             state = self.zk_state(tp)
@@ -1045,6 +1083,23 @@ class Simulation:
                 if offset >= r.log.leo or r.log.entries[offset][1] != record:
                     self.violation(f"{tp}: acknowledged record {record} at offset {offset} is lost "
                                    f"(leader {leader.id} has {r.log.entries[offset:offset + 1]})")
+
+    def _check_reassignments(self) -> None:
+        """The topic znode's KIP-455 fields are well formed, the ISR is within the replica set, and
+        no reassignment is left hanging once its target replicas are all in sync."""
+        node = self.zk.node(TopicZNode.path(TOPIC))
+        assert node is not None and node[0] is not None
+        for p, a in sorted(TopicZNode.decode_full(TOPIC, node[0]).items()):
+            tp = (TOPIC, p)
+            if not (set(a.adding) | set(a.removing)) <= set(a.replicas) or set(a.adding) & set(a.removing) \
+                    or not a.target or len(set(a.replicas)) != len(a.replicas):
+                self.violation(f"{tp}: malformed assignment {a}")
+            state = self.zk_state(tp)
+            isr = set(state.leader_and_isr.isr) if state is not None else set()
+            if not isr <= set(a.replicas):
+                self.violation(f"{tp}: ISR {sorted(isr)} outside the replicas {list(a.replicas)}")
+        for what in self._hanging_reassignments():
+            self.violation(what)
 
     # -------------------------------------------------------- a run
 

@@ -11,7 +11,9 @@ acks=all never acknowledged with the ISR below min.insync.replicas nor for a rec
 from the leader's log; a leader's high watermark never decreases; no controller event fails for
 another reason than ZooKeeper's; once the faults heal, every partition has a leader within a
 bounded number of steps, ZooKeeper's ISR and the leader's agree, every replica is back in the
-ISR, and every acknowledged record is in the leader's log at its offset.
+ISR, and every acknowledged record is in the leader's log at its offset; the topic znode's
+KIP-455 fields (adding/removing replicas) are well formed, the ISR is within the replica set, and no
+reassignment whose target replicas are all in sync is left hanging (issue 30).
 """
 
 from __future__ import annotations
@@ -80,6 +82,18 @@ def test_replay_does_not_depend_on_the_hash_seed() -> None:
                              capture_output=True, text=True, timeout=120, check=True)
         outs.add(res.stdout.strip())
     assert len(outs) == 1
+
+
+def test_seeds_that_cancel_a_running_reassignment() -> None:
+    """Issue 30 (KIP-455): AlterPartitionReassignments reaches the controller during the faults - new
+    targets, and cancels that revert a running reassignment to its original replicas; every
+    invariant holds (with the topic znode's adding/removing replicas well formed and no
+    reassignment left hanging once its target is in sync)."""
+    cancelled = []
+    for seed in (39, 137, 185):  # seeds whose trace has a cancel the controller accepted
+        trace = run_seed(seed).trace
+        cancelled += [line for line in trace if "admin: cancel reassignment of" in line and line.endswith(": NONE")]
+    assert cancelled
 
 
 def test_the_runs_see_faults_and_progress() -> None:

@@ -78,7 +78,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from broker.coordinator.group.group_state import (
@@ -142,8 +142,11 @@ class GroupOwnership:
         if coordinator_for(group_id, self.zk.get_registered_broker_ids()) != self.broker_id:
             return None
         lease = self.zk.claim_group(group_id, self.broker_id, self.clock())
-        stored = self.zk.get_group_offsets_and_metadata(group_id)
-        return Loaded(lease, {tp: OffsetAndMetadata(o, m) for tp, (o, m) in stored.items()})
+        stored = self.zk.get_group_offset_commits(group_id)
+        # An offset stored without its commit time counts from now for offsets.retention.minutes.
+        loaded_at = self.clock()
+        return Loaded(lease, {tp: OffsetAndMetadata(o, m, ts if ts >= 0 else loaded_at)
+                              for tp, (o, m, ts) in stored.items()})
 
     def group_exists(self, group_id: str) -> bool:
         """Did any coordinator ever take the group, or does it have offsets (stored by an older
@@ -154,7 +157,8 @@ class GroupOwnership:
     def commit(self, lease: GroupLease, offsets: dict[tuple[str, int], OffsetAndMetadata],
                known: set[tuple[str, int]]) -> None:
         """Raises NotCoordinatorError when fenced (nothing written)."""
-        self.zk.commit_group_offsets(lease, {tp: (om.offset, om.metadata) for tp, om in offsets.items()}, known)
+        self.zk.commit_group_offsets(lease, {tp: (om.offset, om.metadata) for tp, om in offsets.items()}, known,
+                                     max((om.commit_timestamp_ms for om in offsets.values()), default=-1))
 
     def record_generation(self, lease: GroupLease, generation_id: int) -> GroupLease:
         """Raises NotCoordinatorError when fenced."""
@@ -195,6 +199,9 @@ class GroupCoordinator:
         self._session_generation = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # offsets.retention.minutes: when the next expiry pass is due, and the one running.
+        self._next_expiry_ms = 0
+        self._expiry: asyncio.Task[int] | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -202,6 +209,10 @@ class GroupCoordinator:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def shutdown(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -231,6 +242,7 @@ class GroupCoordinator:
         while True:
             try:
                 self._dispatch(self.core.tick(self.clock()))
+                self._maybe_expire_offsets()
                 for group_id in list(self.core.groups):
                     if not self.is_coordinator(group_id):
                         log.info("group %s: no longer its coordinator; unloading", group_id)
@@ -245,6 +257,53 @@ class GroupCoordinator:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait_s):
                     await self._wake.wait()
+
+    def _maybe_expire_offsets(self) -> None:
+        """Start an expiry pass every offsets.retention.check.interval.ms (one at a time, off the tick)."""
+        now = self.clock()
+        if now < self._next_expiry_ms or (self._expiry is not None and not self._expiry.done()):
+            return
+        self._next_expiry_ms = now + self.core.limits.offsets_retention_check_interval_ms
+        self._expiry = asyncio.get_running_loop().create_task(self.expire_offsets())
+
+    async def expire_offsets(self) -> int:
+        """offsets.retention.minutes (Kafka's cleanupGroupMetadata): remove the expired committed
+        offsets of this coordinator's Empty groups (``GroupStateMachine.expired_offsets``) from
+        ZooKeeper under each group's lease; a group left with none is deleted as DeleteGroups does
+        (offsets and fence) and unloaded. Returns how many offsets were removed."""
+        retention = self.core.limits.offsets_retention_ms
+        removed = 0
+        for group_id in self.core.expired_offsets(self.clock(), retention):
+            async with self._lease_lock(group_id):
+                lease = self.leases.get(group_id)
+                if lease is None or not self.core.is_loaded(group_id):
+                    continue
+                # Decided again under the lock: a join or a commit may have come meanwhile.
+                doomed = self.core.expired_offsets(self.clock(), retention, group_id).get(group_id, [])
+                if not doomed:
+                    continue
+                whole = set(doomed) == set(self.core.fetch_offsets(group_id, None))
+                try:
+                    if whole and self.core.check_delete_group(group_id) == NONE:
+                        await self.offload(self.ownership.delete_group, lease)
+                    else:
+                        whole = False
+                        await self.offload(self.ownership.delete_offsets, lease, doomed)
+                except errors.NotCoordinatorError:
+                    self._fenced(group_id, lease)
+                    continue
+                except Exception as e:
+                    log.warning("group %s: cannot remove expired offsets: %s", group_id, e)
+                    continue
+                removed += len(doomed)
+                if self._same_claim(group_id, lease):
+                    if whole:
+                        self._unload(group_id)
+                    else:
+                        self.core.offsets_deleted(group_id, doomed)
+                log.info("group %s: %d committed offsets expired (offsets.retention.minutes)%s", group_id,
+                         len(doomed), "; the group is gone" if whole else "")
+        return removed
 
     # ------------------------------------------------------------ plumbing
 
@@ -456,7 +515,7 @@ class GroupCoordinator:
             verdict = self.core.check_commit_entry(group_id, tp, om.offset, om.metadata, adding)
             result[tp] = verdict
             if verdict == NONE:
-                accepted[tp] = om
+                accepted[tp] = replace(om, commit_timestamp_ms=self.clock())
                 adding += tp not in stored
         if not accepted:
             return result

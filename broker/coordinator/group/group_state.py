@@ -112,6 +112,9 @@ class OffsetAndMetadata:
     """A committed offset with the client's metadata string (Kafka's OffsetAndMetadata)."""
     offset: int
     metadata: str = ""
+    # When the coordinator wrote it (offsets.retention.minutes counts from here); -1 unknown. Not
+    # part of equality: two commits of the same offset and metadata are the same committed offset.
+    commit_timestamp_ms: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,8 @@ class GroupMetadata:
     # KIP-345: group.instance.id -> the member id that holds it now.
     static_members: dict[str, str] = field(default_factory=dict)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+    # When the group last became Empty (Kafka's currentStateTimestamp for offset expiry); -1 unknown.
+    empty_since_ms: int = -1
 
     def describe(self) -> GroupDescription:
         return GroupDescription(self.group_id, self.state, self.protocol_type,
@@ -208,6 +213,9 @@ class CoordinatorLimits:
     # commit's metadata string (Kafka's offset.metadata.max.bytes).
     max_committed_partitions: int = 100_000
     offset_metadata_max_bytes: int = 4096
+    # Kafka's offsets.retention.minutes (in ms) and offsets.retention.check.interval.ms.
+    offsets_retention_ms: int = 10080 * 60 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
 
 
 class GroupStateMachine:
@@ -423,6 +431,7 @@ class GroupStateMachine:
         g.generation_id += 1
         if not g.members:
             g.state, g.protocol, g.leader_id, g.protocol_type = EMPTY, "", "", ""
+            g.empty_since_ms = now_ms
             return []
         joined = [mid for mid in g.join_order if mid in g.members]
         if g.leader_id not in g.members:
@@ -652,6 +661,30 @@ class GroupStateMachine:
                 else:
                     subscribed |= topics
         return NONE, {tp: GROUP_SUBSCRIBED_TO_TOPIC if everything or tp[0] in subscribed else NONE for tp in tps}
+
+    def expired_offsets(self, now_ms: int, retention_ms: int,
+                        group_id: str | None = None) -> dict[str, list[tuple[str, int]]]:
+        """offsets.retention.minutes (Kafka's GroupMetadata.removeExpiredOffsets for Empty groups): per
+        Empty group without members, the committed offsets whose commit - or the moment the group
+        became Empty, whichever is later - is at least ``retention_ms`` old. An offset with no known
+        commit time (written before commit times were stored) is not expired here: the shell stamps
+        it with the time it loaded it. Groups with members keep every offset. ``group_id``: that
+        group only."""
+        out: dict[str, list[tuple[str, int]]] = {}
+        if group_id is None:
+            groups = list(self.groups.values())
+        else:
+            one = self.groups.get(group_id)
+            groups = [] if one is None else [one]
+        for g in groups:
+            if g.state != EMPTY or g.members or g.pending_members:
+                continue
+            doomed = sorted(tp for tp, om in g.offsets.items()
+                            if om.commit_timestamp_ms >= 0
+                            and now_ms - max(om.commit_timestamp_ms, g.empty_since_ms) >= retention_ms)
+            if doomed:
+                out[g.group_id] = doomed
+        return out
 
     def offsets_deleted(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
         g = self.groups.get(group_id)
