@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 from client.admin import AdminClient, NewTopic
@@ -82,6 +83,10 @@ def add_parser(sub: Any) -> None:
                    help="with --alter --partitions: the replicas of every partition, existing ones first "
                         "(kafka-topics' format; only the new partitions' are used)")
     t.add_argument("--if-not-exists", action="store_true", help="with --create: no error when the topic exists")
+    t.add_argument("--under-replicated-partitions", action="store_true",
+                   help="with --describe: only partitions whose ISR is smaller than their replicas")
+    t.add_argument("--unavailable-partitions", action="store_true",
+                   help="with --describe: only partitions without a live leader")
     t.set_defaults(func=cmd_topics)
 
 
@@ -91,7 +96,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
             names = admin.list_topics()
             print_result(args, names, "\n".join(names))
             return 0
-        if not args.topic:
+        if not args.topic and not args.describe:
             raise errors.InvalidRequestError("--topic is required")
         if args.create:
             try:
@@ -118,8 +123,14 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 admin.alter_topic_configs(args.topic, parse_key_values(args.config), args.delete_config)
                 print_result(args, {"altered": args.topic}, f"Updated config for topic {args.topic}.")
         else:
-            descs = admin.describe_topics([args.topic])
+            # kafka-topics --describe: every topic without --topic; the filters keep only the
+            # partitions in trouble (and print no topic lines, as Kafka's tool).
+            descs = admin.describe_topics([args.topic] if args.topic else admin.list_topics())
             live = set(admin.view.brokers)
+            filtered = args.under_replicated_partitions or args.unavailable_partitions
+            if filtered:
+                descs = [replace(d, partitions=[p for p in d.partitions if partition_in_trouble(
+                    p, live, args.under_replicated_partitions, args.unavailable_partitions)]) for d in descs]
             if args.output == "json":
                 print(json.dumps([{"topic": d.name, "configs": d.configs, "partitions": [
                     {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
@@ -131,8 +142,9 @@ def cmd_topics(args: argparse.Namespace) -> int:
             for d in descs:
                 rf = len(d.partitions[0].replicas) if d.partitions else 0
                 cfg = ",".join(f"{k}={v}" for k, v in sorted(d.configs.items()))
-                print(f"Topic: {d.name}\tPartitionCount: {len(d.partitions)}\tReplicationFactor: {rf}\t"
-                      f"Configs: {cfg}")
+                if not filtered:
+                    print(f"Topic: {d.name}\tPartitionCount: {len(d.partitions)}\tReplicationFactor: {rf}\t"
+                          f"Configs: {cfg}")
                 for p in d.partitions:
                     print(f"\tTopic: {d.name}\tPartition: {p.partition}\tLeader: {leader_label(p.leader, live, p.high_watermark)}"
                           f"\tLeaderEpoch: {p.leader_epoch}\t"
@@ -148,3 +160,10 @@ def warn_if_min_isr_exceeds_replicas(configs: dict[str, str], replication_factor
     if min_isr.isdigit() and replication_factor is not None and 0 < replication_factor < int(min_isr):
         print(f"warning: min.insync.replicas={min_isr} exceeds the replication factor {replication_factor}: "
               "every acks=all produce to this topic will fail with NOT_ENOUGH_REPLICAS", file=sys.stderr)
+
+
+def partition_in_trouble(p: Any, live: set[int], under_replicated: bool, unavailable: bool) -> bool:
+    """kafka-topics' --under-replicated-partitions (ISR smaller than the replicas) and
+    --unavailable-partitions (no live leader); either, when both are given."""
+    no_leader = p.leader < 0 or p.leader not in live
+    return (under_replicated and len(p.isr) < len(p.replicas)) or (unavailable and no_leader)

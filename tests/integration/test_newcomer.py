@@ -214,3 +214,31 @@ def test_perf_produce_prints_a_periodic_line_off_a_terminal(cluster) -> None:  #
     periodic = [ln for ln in r.stderr.splitlines() if "records sent" in ln and "records/sec" in ln]
     assert periodic, r.stderr  # ~6 s at 1000/s: at least the 5 s line, as kafka-producer-perf-test
     assert "6000 records sent" in r.stdout
+
+
+def test_topics_describe_every_topic_and_only_the_partitions_in_trouble(cluster) -> None:  # type: ignore[no-untyped-def]
+    """Issue 33, kafka-topics of week one: --describe without --topic describes every topic;
+    --under-replicated-partitions and --unavailable-partitions print only those partitions."""
+    from helpers import E, create_topic, isr_of, leader_of
+
+    c = cluster.start(3)
+    common = ["--bootstrap-server", c.state.bootstrap_servers]
+    view = cluster.view()
+    assert create_topic(view, "wide", partitions=1, replication_factor=3).error_code == E.NONE
+    assert create_topic(view, "narrow", partitions=3, replication_factor=1).error_code == E.NONE
+    wait_for(lambda: len(isr_of(view, "wide", 0)) == 3 and all(leader_of(view, "narrow", p)[0] >= 0
+                                                                for p in range(3)), timeout_s=30)
+    r = cli("topics", "--describe", *common)
+    assert r.returncode == 0 and "Topic: wide\t" in r.stdout and "Topic: narrow\t" in r.stdout, r
+    r = cli("topics", "--describe", "--under-replicated-partitions", *common)
+    assert r.returncode == 0 and r.stdout.strip() == "", r.stdout
+    victim = next(b for b in (1, 2, 3) if b != leader_of(view, "wide", 0)[0])
+    lost = [p for p in range(3) if leader_of(view, "narrow", p)[0] == victim]
+    c.signal(victim, "KILL")
+    wait_for(lambda: len(isr_of(view, "wide", 0)) == 2, timeout_s=30, what="the wide topic's ISR to shrink")
+    r = cli("topics", "--describe", "--under-replicated-partitions", *common)
+    rows = [ln.strip().split("\t") for ln in r.stdout.splitlines() if ln.strip()]
+    assert [row[:2] for row in rows] == [["Topic: wide", "Partition: 0"]], r
+    r = cli("topics", "--describe", "--unavailable-partitions", *common)
+    rows = [ln.strip().split("\t") for ln in r.stdout.splitlines() if ln.strip()]
+    assert sorted(row[1] for row in rows) == [f"Partition: {p}" for p in lost], r
