@@ -456,6 +456,11 @@ class ResourceNotFoundError(KafkaError):
     description = "The resource does not exist."
 
 
+class DuplicateResourceError(KafkaError):
+    code, name = 92, "DUPLICATE_RESOURCE"
+    description = "A request illegally referred to the same resource twice."
+
+
 class UnacceptableCredentialError(KafkaError):
     code, name = 93, "UNACCEPTABLE_CREDENTIAL"
     description = "The credential is not acceptable."

@@ -82,6 +82,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INVALID_RECORD: _ClassVar[ErrorCode]
     PRODUCER_FENCED: _ClassVar[ErrorCode]
     RESOURCE_NOT_FOUND: _ClassVar[ErrorCode]
+    DUPLICATE_RESOURCE: _ClassVar[ErrorCode]
     UNACCEPTABLE_CREDENTIAL: _ClassVar[ErrorCode]
 
 class IsolationLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -200,6 +201,7 @@ GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode
 INVALID_RECORD: ErrorCode
 PRODUCER_FENCED: ErrorCode
 RESOURCE_NOT_FOUND: ErrorCode
+DUPLICATE_RESOURCE: ErrorCode
 UNACCEPTABLE_CREDENTIAL: ErrorCode
 READ_UNCOMMITTED: IsolationLevel
 READ_COMMITTED: IsolationLevel

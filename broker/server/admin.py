@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -656,7 +657,16 @@ class AdminManager:
                                            ctx: RequestContext = LOCAL_CLIENT) -> pb.AlterUserScramCredentialsResponse:
         self._require_cluster(ctx, "Alter")
         resp = pb.AlterUserScramCredentialsResponse()
+        # Kafka: a (user, mechanism) altered twice in one request is DUPLICATE_RESOURCE for that
+        # user, and none of its alterations is applied.
+        pairs = Counter([(d.name, d.mechanism) for d in req.deletions] + [(u.name, u.mechanism) for u in req.upsertions])
+        duplicated = list(dict.fromkeys(name for (name, _m), n in pairs.items() if n > 1))
+        for name in duplicated:
+            resp.results.add(user=name, error_code=E.DUPLICATE_RESOURCE,
+                             error_message="A user credential cannot be altered twice in the same request")
         for d in req.deletions:
+            if d.name in duplicated:
+                continue
             r = resp.results.add(user=d.name, error_code=E.NONE)
             try:
                 self._check_user(d.name, d.mechanism)
@@ -668,6 +678,8 @@ class AdminManager:
             except errors.KafkaError as e:
                 r.error_code, r.error_message = e.wire_code, e.message
         for u in req.upsertions:
+            if u.name in duplicated:
+                continue
             r = resp.results.add(user=u.name, error_code=E.NONE)
             try:
                 self._check_user(u.name, u.mechanism)

@@ -209,3 +209,19 @@ def test_the_controller_elects_an_out_of_sync_replica_only_when_asked_unclean() 
     fut = h.controller.submit_unclean_election([("t", 0)])
     h.run()
     assert fut.result(timeout=0)[("t", 0)][0] == E.ELECTION_NOT_NEEDED
+
+
+def test_a_user_altered_twice_in_one_request_is_a_duplicate_resource() -> None:
+    """Kafka's AlterUserScramCredentials: the same (user, mechanism) twice is DUPLICATE_RESOURCE
+    (92) for that user, once, and none of its alterations is applied; other users are."""
+    import asyncio
+
+    admin: Any = MagicMock()
+    admin._check_user = AdminManager._check_user
+    upsert = {"mechanism": "SCRAM-SHA-256", "iterations": 8192, "salt": b"s" * 16, "salted_password": b"p" * 32}
+    req = pb.AlterUserScramCredentialsRequest(
+        deletions=[pb.ScramCredentialDeletion(name="alice", mechanism="SCRAM-SHA-256")],
+        upsertions=[pb.ScramCredentialUpsertion(name="alice", **upsert), pb.ScramCredentialUpsertion(name="bob", **upsert)])
+    resp = asyncio.run(AdminManager.alter_user_scram_credentials(admin, req))
+    assert [(r.user, r.error_code) for r in resp.results] == [("alice", E.DUPLICATE_RESOURCE), ("bob", E.NONE)]
+    assert [c.args[0] for c in admin.zk.set_user_config.call_args_list] == ["bob"]
