@@ -218,7 +218,8 @@ def test_a_user_altered_twice_in_one_request_is_a_duplicate_resource() -> None:
 
     admin: Any = MagicMock()
     admin._check_user = AdminManager._check_user
-    upsert = {"mechanism": "SCRAM-SHA-256", "iterations": 8192, "salt": b"s" * 16, "salted_password": b"p" * 32}
+    upsert: dict[str, Any] = {"mechanism": "SCRAM-SHA-256", "iterations": 8192, "salt": b"s" * 16,
+                              "salted_password": b"p" * 32}
     req = pb.AlterUserScramCredentialsRequest(
         deletions=[pb.ScramCredentialDeletion(name="alice", mechanism="SCRAM-SHA-256")],
         upsertions=[pb.ScramCredentialUpsertion(name="alice", **upsert), pb.ScramCredentialUpsertion(name="bob", **upsert)])
