@@ -62,6 +62,8 @@ def cmd_reassign(args: argparse.Namespace) -> int:
     with AdminClient(bootstrap_from_args(args),
                      security=security_from_args(args)) as admin:
         if args.verify:
+            if args.reassignment_json_file:
+                return verify_partitions(admin, args)
             busy = admin.reassignment_in_progress()
             print_result(args, {"in_progress": busy}, "Reassignment in progress." if busy else "Reassignment complete.")
             return 0
@@ -110,3 +112,27 @@ def _cancel(args: argparse.Namespace, admin: AdminClient, partitions: list[Topic
     lines += [f"Error cancelling partition reassignment for {name}: {code}" for name, code in failed.items()]
     print_result(args, {"cancelled": cancelled, "errors": failed}, "\n".join(lines))
     return 1 if failed else 0
+
+
+def verify_partitions(admin: AdminClient, args: argparse.Namespace) -> int:
+    """kafka-reassign-partitions --verify --reassignment-json-file F: each partition of the plan is
+    complete, still in progress, or not moving with other replicas than planned (exit 1 unless every
+    one is complete)."""
+    mapping = reassignment.parse_reassignment(_read(args.reassignment_json_file, "--reassignment-json-file"))
+    moving = admin.list_partition_reassignments()
+    current: dict[TopicPartition, list[int]] = {}
+    for d in admin.describe_topics(sorted({tp.topic for tp in mapping})):
+        current.update({TopicPartition(d.name, p.partition): list(p.replicas) for p in d.partitions})
+    rows = []
+    for tp, target in sorted(mapping.items()):
+        if tp in moving:
+            state, line = "in_progress", f"Reassignment of partition {tp.topic}-{tp.partition} is still in progress."
+        elif current.get(tp) == list(target):
+            state, line = "complete", f"Reassignment of partition {tp.topic}-{tp.partition} is complete."
+        else:
+            state = "differs"
+            line = (f"There is no active reassignment of partition {tp.topic}-{tp.partition}, but replica set is "
+                    f"{current.get(tp, [])} rather than {list(target)}.")
+        rows.append(({"topic": tp.topic, "partition": tp.partition, "status": state}, line))
+    print_result(args, [r for r, _ in rows], "Status of partition reassignment:\n" + "\n".join(ln for _, ln in rows))
+    return 0 if all(r["status"] == "complete" for r, _ in rows) else 1

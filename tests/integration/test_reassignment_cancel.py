@@ -174,6 +174,9 @@ def test_cancel_and_list_on_the_kafka_wire_and_with_the_cli(moving: Moving, tmp_
     common = ("--bootstrap-server", state.bootstrap_servers)
     r = cli("reassign-partitions", "--verify", *common)
     assert r.returncode == 0 and "Reassignment in progress." in r.stdout, r.stderr
+    # --verify with the file: per partition, as kafka-reassign-partitions (exit 1 until complete).
+    r = cli("reassign-partitions", "--verify", "--reassignment-json-file", str(plan), *common)
+    assert r.returncode == 1 and "Reassignment of partition mv-0 is still in progress." in r.stdout, r
     r = cli("reassign-partitions", "--execute", "--reassignment-json-file", str(plan), *common)
     assert r.returncode == 1 and "existing partition assignment" in r.stderr  # Kafka's refusal without --additional
     r = cli("reassign-partitions", "--cancel", "--reassignment-json-file", str(plan), *common)
@@ -181,6 +184,8 @@ def test_cancel_and_list_on_the_kafka_wire_and_with_the_cli(moving: Moving, tmp_
     m.reverted()
     r = cli("reassign-partitions", "--cancel", "--reassignment-json-file", str(plan), *common)
     assert r.returncode == 1 and "mv-0: NO_REASSIGNMENT_IN_PROGRESS" in r.stdout, r.stdout + r.stderr
+    r = cli("reassign-partitions", "--verify", "--reassignment-json-file", str(plan), *common)
+    assert r.returncode == 1 and "There is no active reassignment of partition mv-0, but replica set is" in r.stdout, r
     # Refused per partition by the controller, with Kafka's reason: nothing started.
     plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "mv", "partition": 0, "replicas": [m.a, 7]}]}))
     r = cli("reassign-partitions", "--execute", "--reassignment-json-file", str(plan), *common)
