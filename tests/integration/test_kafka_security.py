@@ -99,6 +99,35 @@ def test_kafka_clients_over_sasl_ssl_scram_with_acls(cluster) -> None:  # type: 
     got = _consume(alice, "kafka-secure", "alice-group", 201)
     assert sorted(got) == sorted([*sent, b"alice"])
 
+    # Issue 30: the ACL APIs on the Kafka wire with the authorizer on, through confluent-kafka's
+    # AdminClient: the super user creates, describes and deletes; alice may not.
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    binding = AclBinding(ResourceType.TOPIC, "kafka-acl-wire", ResourcePatternType.LITERAL, "User:bob", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    match = AclBindingFilter(ResourceType.TOPIC, "kafka-acl-wire", ResourcePatternType.MATCH, None, None,
+                             AclOperation.ANY, AclPermissionType.ANY)
+    super_admin = AdminClient(admin_conf)
+    for f in super_admin.create_acls([binding], request_timeout=20).values():
+        assert f.result(timeout=30) is None
+    described = super_admin.describe_acls(match, request_timeout=20).result(timeout=30)
+    assert [(b.name, b.principal, b.operation) for b in described] == [("kafka-acl-wire", "User:bob", AclOperation.READ)]
+    alice_admin = AdminClient(alice)  # kept: a collected client fails its futures with _DESTROY
+    refused = alice_admin.create_acls([binding], request_timeout=20)
+    with pytest.raises(confluent_kafka.KafkaException) as denied_acl:
+        next(iter(refused.values())).result(timeout=30)
+    assert denied_acl.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    deleted = next(iter(super_admin.delete_acls([match], request_timeout=20).values())).result(timeout=30)
+    assert [(b.name, b.principal) for b in deleted] == [("kafka-acl-wire", "User:bob")]
+    assert super_admin.describe_acls(match, request_timeout=20).result(timeout=30) == []
+
     # A wrong password: the SASL exchange fails (SASL_AUTHENTICATION_FAILED), nothing is served.
     seen: list[Any] = []
     wrong = AdminClient(_sasl(bootstrap, ca, "alice", "not-her-password", error_cb=seen.append))
