@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--timeout-ms", type=int, default=None, help="exit after this long without records")
     c.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                    help="print.key=true, print.offset=true, print.partition=true, print.timestamp=true, "
-                        "key.separator=TAB")
+                        "print.headers=true, key.separator=TAB, headers.separator=',', headers.key.separator=':'")
     c.set_defaults(func=cmd_consume)
 
 
@@ -42,8 +42,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
     warn_if_zookeeper_given(args)
     props = parse_key_values(args.property, "--property")
     show = {k: props.get(f"print.{k}", "false").lower() == "true" for k in ("key", "offset", "partition",
-                                                                          "timestamp")}
+                                                                          "timestamp", "headers")}
     sep = props.get("key.separator", "\t")
+    headers_sep, header_kv_sep = props.get("headers.separator", ","), props.get("headers.key.separator", ":")
     reset = "earliest" if args.from_beginning else "latest"
     if args.offset not in (None, "earliest", "latest"):
         int(args.offset)  # a bad --offset is reported before anything is asked of the cluster
@@ -89,12 +90,22 @@ def cmd_consume(args: argparse.Namespace) -> int:
                     fields.append(f"Partition:{r.partition}")
                 if show["offset"]:
                     fields.append(f"Offset:{r.offset}")
+                if show["headers"]:  # Kafka's DefaultMessageFormatter: k:v,k:v or NO_HEADERS
+                    fields.append(headers_sep.join(
+                        f"{h.key}{header_kv_sep}{h.value.decode('utf-8', 'replace') if h.value is not None else 'null'}"
+                        for h in r.headers) if r.headers else "NO_HEADERS")
                 if show["key"]:
                     fields.append(r.key.decode("utf-8", "replace") if r.key is not None else "null")
                 fields.append(r.value.decode("utf-8", "replace") if r.value is not None else "null")
                 print(sep.join(fields), flush=True)
         if args.group:
             consumer.commit()
+    except KeyboardInterrupt:
+        # Ctrl-C is how a console consumer usually ends: the count is printed all the same (Kafka's
+        # does), and the exit status is 130 as for any interrupted command.
+        if args.output != "json":
+            print(f"Processed a total of {n} messages", file=sys.stderr)
+        raise
     except CorruptRecordError as e:
         raise errors.CorruptMessageError(
             f"{e.message}; to skip it: consume --topic {e.topic} --partition {e.partition} "

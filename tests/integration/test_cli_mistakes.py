@@ -158,3 +158,31 @@ def test_the_tools_pointed_at_a_kafka_listener_say_so(module_cluster: ClusterFix
     r = subprocess.run([sys.executable, "-m", "client.cli", "topics", "--list", "--bootstrap-server", kafka], cwd=ROOT,
                        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 1 and "Kafka wire-protocol listener" in r.stderr and "gRPC" in r.stderr, r
+
+
+def test_the_console_consumer_prints_headers_and_its_count_on_ctrl_c(module_cluster: ClusterFixture) -> None:
+    """Item 11: the console consumer ignored print.headers, and said nothing on Ctrl-C."""
+    import signal
+
+    from client.producer import Producer
+
+    ready_topic(module_cluster, "headed")
+    assert module_cluster.cluster is not None and module_cluster.cluster.state is not None
+    bootstrap = module_cluster.cluster.state.bootstrap_servers
+    with Producer(bootstrap, acks="all") as p:
+        p.send("headed", b"v1", headers=[("trace", b"t-1"), ("kind", b"click")]).result(timeout=30)
+        p.send("headed", b"v2").result(timeout=30)
+    r = cli(module_cluster, "consume", "--topic", "headed", "--from-beginning", "--max-messages", "2",
+            "--timeout-ms", "20000", "--property", "print.headers=true")
+    assert r.returncode == 0 and r.stdout.splitlines() == ["trace:t-1,kind:click\tv1", "NO_HEADERS\tv2"], r
+    proc = subprocess.Popen([sys.executable, "-m", "client.cli", "consume", "--topic", "headed", "--from-beginning",
+                             "--bootstrap-server", bootstrap], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout is not None
+        assert [proc.stdout.readline(), proc.stdout.readline()] == ["v1\n", "v2\n"]
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "Processed a total of 2 messages" in err, (proc.returncode, err)
