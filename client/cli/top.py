@@ -46,13 +46,27 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def snapshot(view: ClusterView, topics: list[str], max_events: int, with_groups: bool = True) -> dict[str, Any]:
+def snapshot(view: ClusterView, topics: list[str], max_events: int, with_groups: bool = True,
+             seen: dict[int, str] | None = None) -> dict[str, Any]:
+    """One view of the cluster. ``seen`` (kept by the caller across refreshes): every broker shown
+    before, so that a dead one stays in the header as DOWN after its registration expires (issue 33);
+    brokers named in replica lists count too."""
     md = view.refresh(topics or None)
-    brokers = {b.broker_id: f"{b.host}:{b.port}" for b in md.brokers}
+    registered = {b.broker_id: f"{b.host}:{b.port}" for b in md.brokers}
+    remembered = seen if seen is not None else {}
+    remembered.update(registered)
+    for topic in md.topics:
+        for part in topic.partitions:
+            for r in part.replicas:
+                remembered.setdefault(r, "?")
+    brokers = dict(remembered)
     states: dict[tuple[str, int], dict[int, pb.ReplicaState]] = {}
     events: list[dict[str, Any]] = []
     alive: dict[int, bool] = {}
     for bid, address in sorted(brokers.items()):
+        if bid not in registered:
+            alive[bid] = False  # not registered (dead, or its session expired): nothing to ask
+            continue
         try:
             resp = view.connection(address).api.DescribeReplicas(
                 pb.DescribeReplicasRequest(topics=topics, max_events=max_events), timeout=2)
@@ -62,8 +76,10 @@ def snapshot(view: ClusterView, topics: list[str], max_events: int, with_groups:
         alive[bid] = True
         for r in resp.replicas:
             states.setdefault((r.topic, r.partition), {})[bid] = r
+        # --topic: that topic's events (and the cluster's own, which name no topic) only.
         events += [{"ts": e.timestamp_ms, "broker": e.broker_id, "kind": e.kind, "topic": e.topic,
-                    "partition": e.partition, "detail": e.detail} for e in resp.events]
+                    "partition": e.partition, "detail": e.detail} for e in resp.events
+                   if not topics or not e.topic or e.topic in topics]
     partitions = []
     for t in sorted(md.topics, key=lambda t: t.name):
         if topics and t.name not in topics:
@@ -179,9 +195,10 @@ def run(args: argparse.Namespace) -> int:
                 raise errors.InvalidRequestError(f"no --bootstrap-server and no local cluster in {args.dir}") from None
     security = local_client_security(args.dir) if not args.bootstrap_server else PLAINTEXT_SECURITY
     view = ClusterView(bootstrap, timeout_s=3, security=security)
+    seen: dict[int, str] = {}
     try:
         while True:
-            snap = snapshot(view, args.topic, args.events)
+            snap = snapshot(view, args.topic, args.events, seen=seen)
             if args.once:
                 print(json.dumps(snap, indent=2) if args.output == "json" else render(snap))
                 return 0

@@ -110,7 +110,7 @@ def test_top_shows_a_follower_leaving_and_catching_up(cluster) -> None:  # type:
 
     def top_cli() -> dict:  # type: ignore[type-arg]
         r = subprocess.run([sys.executable, "-m", "client.cli", "top", "--once", "--output", "json",
-                            "--bootstrap-server", c.state.bootstrap_servers, "--zookeeper", cluster.zk_connect,
+                            "--bootstrap-server", c.state.bootstrap_servers,
                             "--topic", "topv"], cwd=ROOT, capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert r.returncode == 0, r.stderr
@@ -119,8 +119,17 @@ def test_top_shows_a_follower_leaving_and_catching_up(cluster) -> None:  # type:
     def replica(snap: dict, broker: int) -> dict:  # type: ignore[type-arg]
         return next(r for r in snap["partitions"][0]["replica_state"] if r["broker"] == broker)
 
+    seen: dict[int, str] = {}  # what `top` remembers between refreshes
+    snapshot(view, ["topv"], 50, seen=seen)
     c.signal(follower, "KILL")
     wait_for(lambda: follower not in isr_of(view, "topv", 0), timeout_s=20)
+    # Issue 33: once its registration expired, the dead broker stays in top's header as DOWN; and
+    # --topic shows that topic's events and the cluster's own only.
+    wait_for(lambda: (view.refresh([]), follower not in view.brokers)[1], timeout_s=20,
+             what="the killed broker's registration to expire")
+    down = snapshot(view, ["topv"], 50, seen=seen)
+    assert {b["id"]: b["alive"] for b in down["brokers"]}.get(follower) is False, down["brokers"]
+    assert all(e["topic"] in ("", "topv") for e in down["events"]), down["events"]
     conn, _ = view.leader_connection("topv", 0)
     for i in range(150):
         assert produce(conn, "topv", 0, batch_of([f"r{i}"] * 50), acks=1).error_code == E.NONE
