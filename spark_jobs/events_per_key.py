@@ -14,6 +14,9 @@ is the current count) through the minikafka writer.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import shutil
 import sys
 import tempfile
 from typing import Any
@@ -35,6 +38,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master", help="Spark master URL (default: spark-submit's --master, else local[2])")
     add_connection_args(p)
     return p
+
+
+def await_query(query: Any) -> bool:
+    """Run until the query ends (True: Ctrl-C ended it). Ctrl-C stops the query quietly: py4j's
+    reports of the interrupted call and of the JVM going down are not the user's business (they
+    printed tracebacks, issue 33), and a stop that fails because the JVM is already gone is fine."""
+    try:
+        query.awaitTermination()
+        return False
+    except KeyboardInterrupt:
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        with contextlib.suppress(Exception):
+            query.stop()
+        return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,15 +86,20 @@ def main(argv: list[str] | None = None) -> int:
     out = out.trigger(availableNow=True) if args.available_now else \
         out.trigger(processingTime=f"{args.trigger_seconds} seconds")
     query = out.start()
+    interrupted = await_query(query)
     try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    rows = sum(pr["numInputRows"] for pr in query.recentProgress)
-    print(f"events_per_key: {len(query.recentProgress)} micro-batches, {rows} input records "
-          f"(checkpoint {checkpoint})")
-    job.close()
-    return 0
+        progress = list(query.recentProgress)
+    except Exception:  # the JVM went down with the Ctrl-C
+        progress = []
+    rows = sum(pr["numInputRows"] for pr in progress)
+    # A checkpoint made up here is a temporary one: gone with the run (one given is kept).
+    if args.checkpoint is None:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    print(f"events_per_key: {len(progress)} micro-batches, {rows} input records "
+          f"({'checkpoint ' + checkpoint if args.checkpoint else 'temporary checkpoint removed'})")
+    with contextlib.suppress(Exception) if interrupted else contextlib.nullcontext():
+        job.close()
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

@@ -54,3 +54,31 @@ def test_a_job_honours_the_master_it_was_submitted_to() -> None:
     assert choose_master(None, {}) == DEFAULT_MASTER  # run as a plain Python program
     assert choose_master(None, {"PYSPARK_GATEWAY_PORT": "41234"}) is None  # under spark-submit: its master
     assert choose_master("local[4]", {"PYSPARK_GATEWAY_PORT": "41234"}) == "local[4]"  # an explicit --master wins
+
+
+class _Query:
+    """Spark's StreamingQuery as await_query uses it (a boundary this project does not own)."""
+
+    def __init__(self, interrupt: bool, stop_fails: bool) -> None:
+        self.interrupt, self.stop_fails, self.stopped = interrupt, stop_fails, False
+
+    def awaitTermination(self) -> None:  # Spark's name
+        if self.interrupt:
+            raise KeyboardInterrupt
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.stop_fails:
+            raise ConnectionError("py4j: the JVM is gone")
+
+
+def test_ctrl_c_stops_the_streaming_example_quietly() -> None:
+    """Issue 33 item 11: Ctrl-C of events_per_key printed py4j tracebacks and exited 0."""
+    import logging
+
+    from spark_jobs.events_per_key import await_query
+
+    assert await_query(_Query(interrupt=False, stop_fails=False)) is False
+    q = _Query(interrupt=True, stop_fails=True)
+    assert await_query(q) is True and q.stopped  # a stop that fails (the JVM went first) is fine
+    assert logging.getLogger("py4j").level == logging.CRITICAL  # py4j's shutdown noise off
