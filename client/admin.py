@@ -342,11 +342,20 @@ class AdminClient:
 
     def elect_preferred_leaders(self, partitions: Sequence[TopicPartition],
                                 timeout_ms: int = 30000) -> dict[TopicPartition, str]:
-        """Preferred replica election through the broker (ElectLeaders, Alter on the cluster);
+        """Preferred replica election (ElectLeaders, Alter on the cluster), sent to the controller as
+        Kafka's AdminClient sends it (asked again while answers say NOT_CONTROLLER: it may have moved);
         partition -> "NONE", "ELECTION_NOT_NEEDED" or the error name."""
-        resp = self._any().ElectLeaders(pb.ElectLeadersRequest(timeout_ms=timeout_ms, partitions=[
-            pb.TopicPartitionRef(topic_name=t, partition_index=p) for t, p in partitions]),
-            timeout=timeout_ms / 1000.0 + 5)
+        req = pb.ElectLeadersRequest(timeout_ms=timeout_ms, partitions=[
+            pb.TopicPartitionRef(topic_name=t, partition_index=p) for t, p in partitions])
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            resp = self._controller().ElectLeaders(req, timeout=timeout_ms / 1000.0 + 5)
+            moved = resp.error_code == pb.ErrorCode.NOT_CONTROLLER or (
+                resp.results and all(r.error_code == pb.ErrorCode.NOT_CONTROLLER for r in resp.results))
+            if not moved or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+            self.view.refresh([])
         raise_for(resp.error_code, resp.error_message)
         return {TopicPartition(r.topic_name, r.partition_index): pb.ErrorCode.Name(r.error_code) for r in resp.results}
 

@@ -62,6 +62,7 @@ from controller.events import (
     IsrChangeNotification,
     PartitionModifications,
     PartitionReassignment,
+    PreferredElection,
     PreferredReplicaElection,
     Reconnected,
     Reelect,
@@ -225,6 +226,16 @@ class KafkaController:
         self.put(ev)
         return ev.reply
 
+    def submit_preferred_election(self, partitions: list[TopicPartition]) \
+            -> concurrent.futures.Future[dict[TopicPartition, tuple[int, str]]]:
+        """ElectLeaders PREFERRED (Kafka 2.4+'s ReplicaLeaderElection event): NOT_CONTROLLER on any other broker."""
+        ev = PreferredElection(list(partitions))
+        if not self.active:
+            ev.reply.set_result(_not_controller(partitions))
+            return ev.reply
+        self.put(ev)
+        return ev.reply
+
     def submit_partition_reassignments(self, partitions: dict[TopicPartition, list[int] | None]) \
             -> concurrent.futures.Future[dict[TopicPartition, tuple[int, str]]]:
         """AlterPartitionReassignments (Kafka 2.8's ApiPartitionReassignment event): a target per
@@ -254,7 +265,7 @@ class KafkaController:
             self._stopped.set()
             return
         if not self.active and not isinstance(ev, ALWAYS):
-            if isinstance(ev, UncleanElection):
+            if isinstance(ev, UncleanElection | PreferredElection):
                 ev.reply.set_result(_not_controller(ev.partitions))
             if isinstance(ev, ApiPartitionReassignment):
                 ev.reply.set_result(_not_controller(list(ev.partitions)))
@@ -286,7 +297,7 @@ class KafkaController:
         finally:
             if isinstance(ev, ControlledShutdown) and not ev.reply.done():
                 ev.reply.set_result(pb.ControlledShutdownResponse(error_code=pb.ErrorCode.NOT_CONTROLLER))
-            if isinstance(ev, UncleanElection) and not ev.reply.done():
+            if isinstance(ev, UncleanElection | PreferredElection) and not ev.reply.done():
                 ev.reply.set_result(_not_controller(ev.partitions))
             if isinstance(ev, ApiPartitionReassignment) and not ev.reply.done():
                 ev.reply.set_result(_not_controller(list(ev.partitions)))
@@ -815,6 +826,31 @@ class KafkaController:
         if st is None or not replicas or st.leader_and_isr.leader == replicas[0] or tp[0] in ctx.topics_to_be_deleted:
             return False
         return elect(s, tp, ElectionStrategy.PREFERRED)
+
+    def _on_preferred_election(self, ev: PreferredElection) -> None:
+        """Kafka 2.8's processReplicaLeaderElection for PREFERRED: a partition led by its preferred
+        replica needs no election; otherwise the preferred replica leads if it is live and in the ISR."""
+
+        def plan(s: Scope) -> dict[TopicPartition, tuple[int, str]]:
+            ctx = s.ctx
+            out: dict[TopicPartition, tuple[int, str]] = {}
+            for tp in ev.partitions:
+                st = ctx.leadership.get(tp)
+                replicas = ctx.replicas(tp)
+                if st is None or not replicas:
+                    out[tp] = (pb.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                elif tp[0] in ctx.topics_to_be_deleted:
+                    out[tp] = (pb.ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is being deleted")
+                elif st.leader_and_isr.leader == replicas[0]:
+                    out[tp] = (pb.ErrorCode.ELECTION_NOT_NEEDED, "")
+                elif self._maybe_elect_preferred(s, tp):
+                    out[tp] = (pb.ErrorCode.NONE, "")
+                else:
+                    out[tp] = (pb.ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                               f"the preferred replica {replicas[0]} is not live or not in the ISR")
+            return out
+
+        ev.reply.set_result(self._run_planned(plan))  # on failure: NOT_CONTROLLER (``process``)
 
     def _on_unclean_election(self, ev: UncleanElection) -> None:
         """Kafka 2.8's processReplicaLeaderElection for UNCLEAN: a partition whose leader is live needs

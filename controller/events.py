@@ -103,6 +103,18 @@ class UncleanElection(Event):
 
 
 @dataclass
+class PreferredElection(Event):
+    """ElectLeaders of election type PREFERRED from this broker's API layer (Kafka 2.4+'s
+    ReplicaLeaderElection event: no /admin/preferred_replica_election znode, so requests do not
+    wait for one another; that znode stays for the legacy tool path)."""
+
+    partitions: list[tuple[str, int]]
+    # partition -> (wire error code, message)
+    reply: concurrent.futures.Future[dict[tuple[str, int], tuple[int, str]]] = field(
+        default_factory=concurrent.futures.Future)
+
+
+@dataclass
 class ApiPartitionReassignment(Event):
     """AlterPartitionReassignments from this broker's API layer (Kafka's ApiPartitionReassignment):
     a target per partition, None to cancel (KIP-455)."""

@@ -57,7 +57,6 @@ from zk.data import (
     ConfigTopicZNode,
     DeleteTopicsZNode,
     ReplicaAssignment,
-    TopicPartitionId,
     TopicZNode,
 )
 
@@ -79,6 +78,8 @@ class AdminManager:
         self.config = config
         # The controller's unclean election of leaderless partitions: partition -> (code, message).
         self.unclean_election = unclean_election
+        # The controller's preferred elections (ElectLeaders PREFERRED), wired like ``unclean_election``.
+        self.preferred_election: UncleanElection | None = None
         # The controller's reassignments (KIP-455), wired by KafkaServer like ``unclean_election``.
         self.reassign: Reassign | None = None
         self.zk = zk
@@ -401,13 +402,18 @@ class AdminManager:
 
     async def elect_leaders(self, req: pb.ElectLeadersRequest,
                             ctx: RequestContext = LOCAL_CLIENT) -> pb.ElectLeadersResponse:
-        """Preferred replica election (KIP-460), carried out by the controller through
-        /admin/preferred_replica_election as in Kafka 2.x; unclean elections by the controller
-        itself (``unclean_election``: on the controller's broker only, NOT_CONTROLLER elsewhere,
-        as Kafka 2.8 answers)."""
+        """Preferred and unclean elections (KIP-460) as Kafka 2.4+ makes them: one controller event
+        per request (``preferred_election``, ``unclean_election``), on the controller's broker only
+        (NOT_CONTROLLER elsewhere: clients send ElectLeaders to the controller); requests do not wait
+        for one another. /admin/preferred_replica_election stays for the legacy tool path."""
         self._require_cluster(ctx, "Alter")
         if req.election_type == pb.ElectionType.UNCLEAN:
             return await self._elect_unclean(req)
+        return await self._elect_preferred(req)
+
+    async def _elect_preferred(self, req: pb.ElectLeadersRequest) -> pb.ElectLeadersResponse:
+        """PREFERRED: a partition led by its first replica needs none (ELECTION_NOT_NEEDED, left out
+        when the request named no partitions, as Kafka); the others go to the controller."""
         resp = pb.ElectLeadersResponse(error_code=E.NONE)
         if req.partitions:
             wanted = [(p.topic_name, p.partition_index) for p in req.partitions]
@@ -429,19 +435,25 @@ class AdminManager:
                     resp.results.add(topic_name=topic, partition_index=part, error_code=E.ELECTION_NOT_NEEDED)
                 continue
             todo.append((topic, part))
-        if todo:
-            if not await asyncio.to_thread(self.zk.create_preferred_replica_election,
-                                           [TopicPartitionId(t, p) for t, p in todo]):
-                raise errors.PreferredLeaderNotAvailableError("a preferred replica election is already running")
-            deadline = time.monotonic() + min(max(req.timeout_ms, 0), self.config.request_timeout_ms) / 1000.0
-            while time.monotonic() < deadline and not all(self._leads_preferred(t, p) for t, p in todo):
-                await asyncio.sleep(0.05)
-            for t, p in todo:
-                ok = self._leads_preferred(t, p)
-                resp.results.add(topic_name=t, partition_index=p,
-                                 error_code=E.NONE if ok else E.PREFERRED_LEADER_NOT_AVAILABLE,
-                                 error_message="" if ok else "the preferred replica is not live or not in the ISR")
+        if not todo:
+            return resp
+        outcome = await self._controller_election(self.preferred_election, todo, req.timeout_ms)
+        for tp in todo:
+            code, message = outcome.get(tp, (E.PREFERRED_LEADER_NOT_AVAILABLE, "no answer for the partition"))
+            resp.results.add(topic_name=tp[0], partition_index=tp[1], error_code=code, error_message=message)
         return resp
+
+    async def _controller_election(self, submit: UncleanElection | None, todo: list[tuple[str, int]],
+                                   timeout_ms: int) -> dict[tuple[str, int], tuple[int, str]]:
+        """One election event at the controller, waited for (bounded: a controller that resigns
+        meanwhile answers NOT_CONTROLLER, but never wait forever)."""
+        if submit is None:
+            return {tp: (E.NOT_CONTROLLER, "this broker is not the controller") for tp in todo}
+        timeout_s = min(max(timeout_ms, 0) or self.config.request_timeout_ms, self.config.request_timeout_ms) / 1000.0
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(submit(todo)), timeout_s)
+        except TimeoutError:
+            return {tp: (E.REQUEST_TIMED_OUT, "the controller did not answer in time") for tp in todo}
 
     async def _elect_unclean(self, req: pb.ElectLeadersRequest) -> pb.ElectLeadersResponse:
         """Kafka's UNCLEAN election: a partition with a live leader needs none (ELECTION_NOT_NEEDED);
@@ -482,10 +494,6 @@ class AdminManager:
             resp.results.add(topic_name=tp[0], partition_index=tp[1], error_code=code,
                              error_message=message)
         return resp
-
-    def _leads_preferred(self, topic: str, partition: int) -> bool:
-        info = self.metadata.partition(topic, partition)
-        return info is not None and bool(info.replicas) and info.leader == info.replicas[0]
 
     async def alter_partition_reassignments(self, req: pb.AlterPartitionReassignmentsRequest,
                                             ctx: RequestContext = LOCAL_CLIENT) \

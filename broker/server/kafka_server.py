@@ -128,6 +128,7 @@ class KafkaServer:
             control_plane_listener=cfg.control_plane_listener.name,
             channel_security=self.gate.broker_channel_security()), self.zk)
         self.admin.unclean_election = self.controller.submit_unclean_election  # ElectLeaders UNCLEAN
+        self.admin.preferred_election = self.controller.submit_preferred_election  # ElectLeaders PREFERRED
         self.admin.reassign = self.controller.submit_partition_reassignments  # AlterPartitionReassignments
         self.group_coordinator = GroupCoordinator(self.broker_id, self.zk, self._live_broker_ids, CoordinatorLimits(
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,

@@ -226,3 +226,41 @@ def test_a_user_altered_twice_in_one_request_is_a_duplicate_resource() -> None:
     resp = asyncio.run(AdminManager.alter_user_scram_credentials(admin, req))
     assert [(r.user, r.error_code) for r in resp.results] == [("alice", E.DUPLICATE_RESOURCE), ("bob", E.NONE)]
     assert [c.args[0] for c in admin.zk.set_user_config.call_args_list] == ["bob"]
+
+
+def test_the_controller_makes_preferred_elections_asked_by_elect_leaders() -> None:
+    """ElectLeaders PREFERRED as Kafka 2.4+ (a ReplicaLeaderElection event, no znode): a partition
+    led by its preferred replica needs none; a preferred replica out of the ISR cannot lead; once
+    back in the ISR it does. Any other broker's controller answers NOT_CONTROLLER."""
+    from broker.replication.control import write_isr
+    from zk.data import TopicPartitionId
+
+    h = started()
+    tp = ("t", 1)  # replicas [3, 1, 2]: 3 is preferred
+    fut = h.controller.submit_preferred_election([tp, ("nope", 0)])
+    h.run()
+    result = fut.result(timeout=0)
+    assert result[tp][0] == E.ELECTION_NOT_NEEDED and result[("nope", 0)][0] == E.UNKNOWN_TOPIC_OR_PARTITION
+    h.kill(3)
+    h.run()
+    h.register(3)
+    h.run()
+    lai = h.controller.ctx.leadership[tp].leader_and_isr
+    assert lai.leader != 3 and 3 not in lai.isr
+    fut = h.controller.submit_preferred_election([tp])
+    h.run()
+    assert fut.result(timeout=0)[tp][0] == E.PREFERRED_LEADER_NOT_AVAILABLE
+    # The leader takes 3 back into the ISR (its conditional write and notification, as a broker's).
+    gw, _client = h.gateway("leader")
+    st = gw.get_partition_state(*tp)
+    assert st is not None
+    write_isr(gw, tp[0], tp[1], st.leader_and_isr.leader, st.leader_and_isr.leader_epoch, st.controller_epoch,
+              (*st.leader_and_isr.isr, 3), st.leader_and_isr.zk_version)
+    gw.create_isr_change_notification([TopicPartitionId(*tp)])
+    h.run()
+    fut = h.controller.submit_preferred_election([tp])
+    h.run()
+    assert fut.result(timeout=0)[tp][0] == E.NONE
+    assert h.controller.ctx.leadership[tp].leader_and_isr.leader == 3
+    h.controller.active = False  # as on any broker that is not the controller
+    assert h.controller.submit_preferred_election([tp]).result(timeout=0)[tp][0] == E.NOT_CONTROLLER
