@@ -148,6 +148,23 @@ class BrokerCollector(Collector):
                                                                                   for lg in logs))
             yield CounterMetricFamily("minikafka_log_quarantined", "Logs moved aside because they could not load",
                                       value=lm.quarantined)
+            cleaner = getattr(lm, "cleaner", None)
+            if cleaner is not None:  # Kafka's kafka.log:type=LogCleaner / LogCleanerManager metrics
+                yield GaugeMetricFamily("kafka_log_logcleanermanager_max_dirty_percent",
+                                        "Largest dirty ratio of a compacted log (percent)",
+                                        value=100.0 * cleaner.max_dirty_ratio)
+                yield GaugeMetricFamily("kafka_log_logcleanermanager_max_compaction_delay_secs",
+                                        "Longest time a log waited beyond max.compaction.lag.ms",
+                                        value=cleaner.max_compaction_delay_ms / 1000.0)
+                yield GaugeMetricFamily("kafka_log_logcleanermanager_uncleanable_partitions_count",
+                                        "Logs the cleaner gave up on until restart", value=len(cleaner.uncleanable))
+                yield GaugeMetricFamily("kafka_log_logcleaner_max_clean_time_secs",
+                                        "Duration of the last clean", value=cleaner.last_clean_ms / 1000.0)
+                yield CounterMetricFamily("minikafka_log_cleaner_bytes_read", "Bytes read by the log cleaner",
+                                          value=cleaner.bytes_read_total)
+                yield CounterMetricFamily("minikafka_log_cleaner_bytes_written", "Bytes written by the log cleaner",
+                                          value=cleaner.bytes_written_total)
+                yield CounterMetricFamily("minikafka_log_cleaner_cleans", "Cleans completed", value=cleaner.cleans_total)
         yield CounterMetricFamily("minikafka_fetches_not_parked",
                                   "Consumer fetches answered at once because fetch.purgatory.max.requests were parked",
                                   value=rm.fetches_not_parked)

@@ -175,8 +175,9 @@ def test_describe_apis_and_their_tools_on_a_cluster(cluster: ClusterFixture) -> 
         assert out.returncode == 0 and out.stdout.strip() == f"Completed updating config for topic {TOPIC}.", out
         out = cli(cluster, "configs", "--describe", "--entity-type", "topics", "--entity-name", TOPIC)
         assert out.stdout.splitlines()[0] == f"Dynamic configs for topic {TOPIC} are:", out
-        assert "  retention.ms=100000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=100000}" \
-            in out.stdout.splitlines()
+        # Every synonym, as kafka-configs shows it: the topic override, then the broker's default.
+        assert ("  retention.ms=100000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=100000, "
+                "DEFAULT_CONFIG:log.retention.hours=168}") in out.stdout.splitlines(), out.stdout
         assert any(line.startswith("  cleanup.policy=compact,delete ") for line in out.stdout.splitlines()), out.stdout
         out = cli(cluster, "configs", "--alter", "--entity-type", "topics", "--entity-name", TOPIC,
                   "--delete-config", "retention.ms")

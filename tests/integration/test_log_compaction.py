@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,18 @@ def test_compacted_topic_keeps_the_latest_record_per_key_on_every_replica(cluste
     replicas = [_records_on_disk(data / f"broker-{b}" / "data" / "compacted-0") for b in (1, 2, 3)]
     for rep in replicas:
         assert {k: v for _o, k, v in rep if k.startswith("key-")} == latest
+    # The cleaner's metrics as Kafka's kafka.log:type=LogCleaner{,Manager} (each replica cleans its own log).
+    for b in (1, 2, 3):
+        scraped = _metrics(c.broker(b).metrics_address)
+        assert scraped["minikafka_log_cleaner_cleans_total"] >= 1 and scraped["minikafka_log_cleaner_bytes_read_total"] > 0
+        assert "kafka_log_logcleanermanager_max_dirty_percent" in scraped and \
+            scraped["kafka_log_logcleanermanager_uncleanable_partitions_count"] == 0
+
+
+def _metrics(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in resp.read().decode().splitlines()
+                if line and not line.startswith("#")}
 
 
 # ------------------------------------------------------------------ cleaning under load, leader killed mid-clean
