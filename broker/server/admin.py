@@ -45,7 +45,7 @@ from broker.security.authorizer import (
 from broker.security.gatekeeper import Gatekeeper
 from broker.security.principal import LOCAL_CLIENT, RequestContext
 from broker.server.config import CONFIG_DEFS, BrokerConfig
-from broker.server.metadata_cache import MetadataCache
+from broker.server.metadata_cache import MetadataCache, PartitionInfo
 from controller.assignment import assign_replicas, plan_added_partitions, validate_manual_assignment
 from proto import errors
 from proto import minikafka_pb2 as pb
@@ -408,12 +408,19 @@ class AdminManager:
         for one another. /admin/preferred_replica_election stays for the legacy tool path."""
         self._require_cluster(ctx, "Alter")
         if req.election_type == pb.ElectionType.UNCLEAN:
-            return await self._elect_unclean(req)
-        return await self._elect_preferred(req)
+            # UNCLEAN: a partition whose leader is live needs none; one without gets any live
+            # replica, in the ISR or not (ELIGIBLE_LEADERS_NOT_AVAILABLE when none is live).
+            return await self._elect(req, lambda info: info.leader >= 0, self.unclean_election,
+                                     (E.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no live replica"))
+        # PREFERRED: a partition led by its first replica needs none.
+        return await self._elect(req, lambda info: bool(info.replicas) and info.leader == info.replicas[0],
+                                 self.preferred_election,
+                                 (E.PREFERRED_LEADER_NOT_AVAILABLE, "no answer for the partition"))
 
-    async def _elect_preferred(self, req: pb.ElectLeadersRequest) -> pb.ElectLeadersResponse:
-        """PREFERRED: a partition led by its first replica needs none (ELECTION_NOT_NEEDED, left out
-        when the request named no partitions, as Kafka); the others go to the controller."""
+    async def _elect(self, req: pb.ElectLeadersRequest, not_needed: Callable[[PartitionInfo], bool],
+                     submit: UncleanElection | None, unanswered: tuple[int, str]) -> pb.ElectLeadersResponse:
+        """The partitions named (every one when none is: then those needing no election are left
+        out, as Kafka's KafkaApis does) judged here, the rest elected by one controller event."""
         resp = pb.ElectLeadersResponse(error_code=E.NONE)
         if req.partitions:
             wanted = [(p.topic_name, p.partition_index) for p in req.partitions]
@@ -428,18 +435,16 @@ class AdminManager:
             if verdict != E.NONE:
                 resp.results.add(topic_name=topic, partition_index=part, error_code=verdict,
                                  error_message=error_message(verdict))
-                continue
-            assert info is not None
-            if info.replicas and info.leader == info.replicas[0]:
+            elif info is not None and not_needed(info):
                 if req.partitions:
                     resp.results.add(topic_name=topic, partition_index=part, error_code=E.ELECTION_NOT_NEEDED)
-                continue
-            todo.append((topic, part))
+            else:
+                todo.append((topic, part))
         if not todo:
             return resp
-        outcome = await self._controller_election(self.preferred_election, todo, req.timeout_ms)
+        outcome = await self._controller_election(submit, todo, req.timeout_ms)
         for tp in todo:
-            code, message = outcome.get(tp, (E.PREFERRED_LEADER_NOT_AVAILABLE, "no answer for the partition"))
+            code, message = outcome.get(tp, unanswered)
             resp.results.add(topic_name=tp[0], partition_index=tp[1], error_code=code, error_message=message)
         return resp
 
@@ -455,45 +460,6 @@ class AdminManager:
         except TimeoutError:
             return {tp: (E.REQUEST_TIMED_OUT, "the controller did not answer in time") for tp in todo}
 
-    async def _elect_unclean(self, req: pb.ElectLeadersRequest) -> pb.ElectLeadersResponse:
-        """Kafka's UNCLEAN election: a partition with a live leader needs none (ELECTION_NOT_NEEDED);
-        one without gets any live replica as leader, in the ISR or not (ELIGIBLE_LEADERS_NOT_AVAILABLE
-        when no replica is live)."""
-        resp = pb.ElectLeadersResponse(error_code=E.NONE)
-        if req.partitions:
-            wanted = [(p.topic_name, p.partition_index) for p in req.partitions]
-        else:
-            wanted = [(t, p) for t, parts in sorted(self.metadata.partitions.items()) for p in sorted(parts)]
-        verdicts = judge_partitions(wanted, self.config.max_request_partitions)
-        todo: list[tuple[str, int]] = []
-        for (topic, part), verdict in zip(wanted, verdicts, strict=True):
-            info = self.metadata.partition(topic, part) if verdict == E.NONE else None
-            if verdict == E.NONE and info is None:
-                verdict = E.UNKNOWN_TOPIC_OR_PARTITION
-            if verdict != E.NONE:
-                resp.results.add(topic_name=topic, partition_index=part, error_code=verdict,
-                                 error_message=error_message(verdict))
-            elif info is not None and info.leader >= 0:
-                if req.partitions:
-                    resp.results.add(topic_name=topic, partition_index=part, error_code=E.ELECTION_NOT_NEEDED)
-            else:
-                todo.append((topic, part))
-        if not todo:
-            return resp
-        if self.unclean_election is None:
-            outcome: dict[tuple[str, int], tuple[int, str]] = {
-                tp: (E.NOT_CONTROLLER, "this broker is not the controller") for tp in todo}
-        else:
-            try:  # bounded: a controller that resigns meanwhile answers NOT_CONTROLLER, but never wait forever
-                outcome = await asyncio.wait_for(asyncio.wrap_future(self.unclean_election(todo)),
-                                                 self.config.request_timeout_ms / 1000.0)
-            except TimeoutError:
-                outcome = {tp: (E.REQUEST_TIMED_OUT, "the controller did not answer in time") for tp in todo}
-        for tp in todo:
-            code, message = outcome.get(tp, (E.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no live replica"))
-            resp.results.add(topic_name=tp[0], partition_index=tp[1], error_code=code,
-                             error_message=message)
-        return resp
 
     async def alter_partition_reassignments(self, req: pb.AlterPartitionReassignmentsRequest,
                                             ctx: RequestContext = LOCAL_CLIENT) \
