@@ -176,6 +176,30 @@ def test_group_apis_check_group_and_topic_acls() -> None:
     asyncio.run(go())
 
 
+def test_a_join_with_a_group_instance_id_kafka_would_refuse_is_refused() -> None:
+    """SPEC S13.3: group.instance.id keys coordinator state and names member ids - bounded as Kafka's
+    JoinGroupRequest.validateGroupInstanceId (1-249 of [a-zA-Z0-9._-]); a valid one joins."""
+    from broker.coordinator.group.group_apis import GroupApis
+    from broker.security.principal import LOCAL_CLIENT
+    from proto import minikafka_pb2 as pb
+
+    async def go() -> None:
+        c = coordinator(sim_gateway(1), [1], [0])
+        apis = GroupApis(c, DenyGate(), lambda b, listener: None, 1000, lambda t, p: True)
+
+        def join(instance: str) -> Any:
+            return apis.join_group(pb.JoinGroupRequest(group_id="g", session_timeout_ms=10_000,
+                                                       protocol_type="consumer", group_instance_id=instance,
+                                                       protocols=[pb.JoinGroupProtocol(name="range")]), LOCAL_CLIENT)
+
+        for bad in ("x" * 250, "a/b", "..", "caf\u00e9"):
+            assert (await join(bad)).error_code == errors.InvalidRequestError.code, bad
+        ok = await join("consumer-1.a_b")
+        assert ok.error_code == NONE and ok.member_id.startswith("consumer-1.a_b-")
+
+    asyncio.run(go())
+
+
 class FakeApi:
     def __init__(self, on_heartbeat: Any) -> None:
         self.on_heartbeat = on_heartbeat

@@ -4,6 +4,7 @@ S12.3), validate (S13), convert protobuf <-> the coordinator's Kafka-shaped call
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -83,6 +84,10 @@ class GroupApis:
             return pb.JoinGroupResponse(error_code=GROUP_AUTH, generation_id=-1)
         if len(req.protocols) > MAX_MEMBERS_PROTOCOLS or \
                 sum(len(p.metadata) for p in req.protocols) > MAX_METADATA_BYTES:
+            return pb.JoinGroupResponse(error_code=E.INVALID_REQUEST, generation_id=-1)
+        if req.group_instance_id and not valid_group_instance_id(req.group_instance_id):
+            # Kafka's rule for group.instance.id (JoinGroupRequest.validateGroupInstanceId): it keys
+            # coordinator state and names member ids, so it is bounded like a topic name (SPEC S13.3).
             return pb.JoinGroupResponse(error_code=E.INVALID_REQUEST, generation_id=-1)
         r = await self.c.join_group(req.group_id, req.member_id, req.client_id, ctx.host, req.protocol_type,
                                     [(p.name, p.metadata) for p in req.protocols], req.session_timeout_ms,
@@ -259,3 +264,11 @@ class GroupApis:
             for p in t.partitions:
                 rt.partitions.add(partition=p, error_code=_w(codes.get((t.name, p), E.NONE)))
         return resp
+
+
+_INSTANCE_ID = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def valid_group_instance_id(instance_id: str) -> bool:
+    """Kafka's JoinGroupRequest.validateGroupInstanceId: 1-249 of [a-zA-Z0-9._-], not "." or ".."."""
+    return instance_id not in (".", "..") and _INSTANCE_ID.fullmatch(instance_id) is not None
