@@ -315,6 +315,41 @@ class InvalidProducerEpochError(KafkaError):
     description = "The producer epoch is stale."
 
 
+class InvalidTxnStateError(KafkaError):
+    code, name = 48, "INVALID_TXN_STATE"
+    description = "The producer attempted a transactional operation in an invalid state."
+
+
+class InvalidProducerIdMappingError(KafkaError):
+    code, name = 49, "INVALID_PRODUCER_ID_MAPPING"
+    description = ("The producer attempted to use a producer id which is not currently assigned to its "
+                   "transactional id.")
+
+
+class InvalidTransactionTimeoutError(KafkaError):
+    code, name = 50, "INVALID_TRANSACTION_TIMEOUT"
+    description = ("The transaction timeout is larger than the maximum value allowed by the broker "
+                   "(as configured by transaction.max.timeout.ms).")
+
+
+class ConcurrentTransactionsError(KafkaError):
+    code, name = 51, "CONCURRENT_TRANSACTIONS"
+    description = ("The producer attempted to update a transaction while another concurrent operation on "
+                   "the same transaction was ongoing.")
+    retriable = True
+
+
+class TransactionCoordinatorFencedError(KafkaError):
+    code, name = 52, "TRANSACTION_COORDINATOR_FENCED"
+    description = ("Indicates that the transaction coordinator sending a WriteTxnMarker is no longer the "
+                   "current coordinator for a given producer.")
+
+
+class TransactionalIdAuthorizationFailedError(KafkaError):
+    code, name = 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    description = "Transactional Id authorization failed."
+
+
 class SecurityDisabledError(KafkaError):
     code, name = 54, "SECURITY_DISABLED"
     description = "Security features are disabled."

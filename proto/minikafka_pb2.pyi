@@ -56,6 +56,12 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUT_OF_ORDER_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
     DUPLICATE_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
     INVALID_PRODUCER_EPOCH: _ClassVar[ErrorCode]
+    INVALID_TXN_STATE: _ClassVar[ErrorCode]
+    INVALID_PRODUCER_ID_MAPPING: _ClassVar[ErrorCode]
+    INVALID_TRANSACTION_TIMEOUT: _ClassVar[ErrorCode]
+    CONCURRENT_TRANSACTIONS: _ClassVar[ErrorCode]
+    TRANSACTION_COORDINATOR_FENCED: _ClassVar[ErrorCode]
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     SECURITY_DISABLED: _ClassVar[ErrorCode]
     KAFKA_STORAGE_ERROR: _ClassVar[ErrorCode]
     SASL_AUTHENTICATION_FAILED: _ClassVar[ErrorCode]
@@ -175,6 +181,12 @@ POLICY_VIOLATION: ErrorCode
 OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode
 DUPLICATE_SEQUENCE_NUMBER: ErrorCode
 INVALID_PRODUCER_EPOCH: ErrorCode
+INVALID_TXN_STATE: ErrorCode
+INVALID_PRODUCER_ID_MAPPING: ErrorCode
+INVALID_TRANSACTION_TIMEOUT: ErrorCode
+CONCURRENT_TRANSACTIONS: ErrorCode
+TRANSACTION_COORDINATOR_FENCED: ErrorCode
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode
 SECURITY_DISABLED: ErrorCode
 KAFKA_STORAGE_ERROR: ErrorCode
 SASL_AUTHENTICATION_FAILED: ErrorCode
@@ -422,7 +434,7 @@ class FetchRequest(_message.Message):
     def __init__(self, replica_id: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ..., topics: _Optional[_Iterable[_Union[FetchTopic, _Mapping]]] = ..., replica_epoch: _Optional[int] = ..., session_id: _Optional[int] = ..., session_epoch: _Optional[int] = ..., forgotten: _Optional[_Iterable[_Union[FetchTopic, _Mapping]]] = ...) -> None: ...
 
 class FetchPartitionResponse(_message.Message):
-    __slots__ = ("partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "log_end_offset", "records", "leader_epoch")
+    __slots__ = ("partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "log_end_offset", "records", "leader_epoch", "aborted_transactions")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
@@ -431,6 +443,7 @@ class FetchPartitionResponse(_message.Message):
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     error_code: ErrorCode
     high_watermark: int
@@ -439,7 +452,16 @@ class FetchPartitionResponse(_message.Message):
     log_end_offset: int
     records: bytes
     leader_epoch: int
-    def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., high_watermark: _Optional[int] = ..., last_stable_offset: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
+    aborted_transactions: _containers.RepeatedCompositeFieldContainer[AbortedTransaction]
+    def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., high_watermark: _Optional[int] = ..., last_stable_offset: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., leader_epoch: _Optional[int] = ..., aborted_transactions: _Optional[_Iterable[_Union[AbortedTransaction, _Mapping]]] = ...) -> None: ...
+
+class AbortedTransaction(_message.Message):
+    __slots__ = ("producer_id", "first_offset")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    first_offset: int
+    def __init__(self, producer_id: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
 
 class FetchTopicResponse(_message.Message):
     __slots__ = ("name", "partitions")
@@ -1881,3 +1903,61 @@ class DescribeProducersResponse(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[DescribeProducersTopicResult]
     def __init__(self, topics: _Optional[_Iterable[_Union[DescribeProducersTopicResult, _Mapping]]] = ...) -> None: ...
+
+class WritableTxnMarkerTopic(_message.Message):
+    __slots__ = ("name", "partition_indexes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_INDEXES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partition_indexes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., partition_indexes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class WritableTxnMarker(_message.Message):
+    __slots__ = ("producer_id", "producer_epoch", "transaction_result", "topics", "coordinator_epoch")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_RESULT_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    producer_epoch: int
+    transaction_result: bool
+    topics: _containers.RepeatedCompositeFieldContainer[WritableTxnMarkerTopic]
+    coordinator_epoch: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., transaction_result: _Optional[bool] = ..., topics: _Optional[_Iterable[_Union[WritableTxnMarkerTopic, _Mapping]]] = ..., coordinator_epoch: _Optional[int] = ...) -> None: ...
+
+class WriteTxnMarkersRequest(_message.Message):
+    __slots__ = ("markers",)
+    MARKERS_FIELD_NUMBER: _ClassVar[int]
+    markers: _containers.RepeatedCompositeFieldContainer[WritableTxnMarker]
+    def __init__(self, markers: _Optional[_Iterable[_Union[WritableTxnMarker, _Mapping]]] = ...) -> None: ...
+
+class WritableTxnMarkerPartitionResult(_message.Message):
+    __slots__ = ("partition_index", "error_code")
+    PARTITION_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    partition_index: int
+    error_code: ErrorCode
+    def __init__(self, partition_index: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ...) -> None: ...
+
+class WritableTxnMarkerTopicResult(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: _containers.RepeatedCompositeFieldContainer[WritableTxnMarkerPartitionResult]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[WritableTxnMarkerPartitionResult, _Mapping]]] = ...) -> None: ...
+
+class WritableTxnMarkerResult(_message.Message):
+    __slots__ = ("producer_id", "topics")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    topics: _containers.RepeatedCompositeFieldContainer[WritableTxnMarkerTopicResult]
+    def __init__(self, producer_id: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[WritableTxnMarkerTopicResult, _Mapping]]] = ...) -> None: ...
+
+class WriteTxnMarkersResponse(_message.Message):
+    __slots__ = ("markers",)
+    MARKERS_FIELD_NUMBER: _ClassVar[int]
+    markers: _containers.RepeatedCompositeFieldContainer[WritableTxnMarkerResult]
+    def __init__(self, markers: _Optional[_Iterable[_Union[WritableTxnMarkerResult, _Mapping]]] = ...) -> None: ...
