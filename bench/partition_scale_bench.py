@@ -273,16 +273,75 @@ def create(md: Metadata, via: int, topics: list[tuple[str, int]], args: argparse
 # ------------------------------------------------------------------ produce (librdkafka)
 
 
+@contextlib.contextmanager
+def py_spy(pids: dict[int, int], out_dir: str | None, label: str) -> Iterator[None]:
+    """With ``--profile-dir``, py-spy records every broker over the block (collapsed stacks, one
+    file per broker): the measured phase's own profile, so optimising starts from it."""
+    if not out_dir:
+        yield
+        return
+    import subprocess
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    procs = [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+                               "--output", str(Path(out_dir) / f"{label}-broker-{b}.txt"), "--nonblocking"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for b, pid in sorted(pids.items())]
+    try:
+        time.sleep(0.5)  # py-spy attaches
+        yield
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+
+
+class _MinikafkaProducer:
+    """This project's Producer behind the few calls of confluent_kafka.Producer the phase makes.
+    It sends one Produce request per leader naming every partition with a ready batch (as Kafka's
+    Java producer does), where librdkafka sends one request per partition (librdkafka issue
+    #1700): the two clients split the spread figure into per-request and per-partition costs."""
+
+    def __init__(self, grpc_bootstrap: str, args: argparse.Namespace) -> None:
+        from client.producer import Producer
+        self._p = Producer(grpc_bootstrap, acks="all", linger_ms=args.linger_ms,
+                           enable_idempotence=args.idempotent,
+                           delivery_timeout_ms=int(args.phase_seconds * 1000) + 60_000)
+
+    def produce(self, topic: str, value: bytes, partition: int, on_delivery: Callable[[Any, Any], None]) -> None:
+        fut = self._p.send(topic, value, partition=partition)
+        fut.add_done_callback(lambda f: on_delivery(f.exception(), None))
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        try:
+            self._p.flush(timeout)
+        except Exception:
+            return 1
+        return 0
+
+    def purge(self) -> None:
+        self._p.close(0)
+
+
 def produce_phase(kafka_bootstrap: str, targets: list[Partition], args: argparse.Namespace,
-                  pids: dict[int, int], records: int) -> dict[str, Any]:
+                  pids: dict[int, int], records: int, profile_label: str | None = None) -> dict[str, Any]:
     """Round-robin over ``targets``, bounded by ``records`` and ``--phase-seconds``: records/s and
     CPU of what was acknowledged within the bound."""
-    import confluent_kafka
+    p: Any
+    if args.client == "minikafka":
+        p = _MinikafkaProducer(kafka_bootstrap, args)
+    else:
+        import confluent_kafka
 
-    p = confluent_kafka.Producer({
-        "bootstrap.servers": kafka_bootstrap, "acks": "all", "linger.ms": args.linger_ms,
-        "enable.idempotence": args.idempotent, "socket.nagle.disable": True,
-        "message.timeout.ms": int(args.phase_seconds * 1000) + 60_000})
+        p = confluent_kafka.Producer({
+            "bootstrap.servers": kafka_bootstrap, "acks": "all", "linger.ms": args.linger_ms,
+            "enable.idempotence": args.idempotent, "socket.nagle.disable": True,
+            "message.timeout.ms": int(args.phase_seconds * 1000) + 60_000})
     delivered = failed = 0
     first_error: list[str] = []
 
@@ -320,20 +379,21 @@ def produce_phase(kafka_bootstrap: str, targets: list[Partition], args: argparse
         first_error.clear()
 
         window = CpuWindow(pids)
-        window.start()
-        deadline = window.wall0 + args.phase_seconds
-        sent = 0
-        n = len(targets)
-        for i in range(records):
-            if i % 1000 == 0:
-                p.poll(0)  # serve delivery reports as the phase goes
-                if time.perf_counter() >= deadline:
+        with py_spy(pids, args.profile_dir if profile_label else None, profile_label or ""):
+            window.start()
+            deadline = window.wall0 + args.phase_seconds
+            sent = 0
+            n = len(targets)
+            for i in range(records):
+                if i % 1000 == 0:
+                    p.poll(0)  # serve delivery reports as the phase goes
+                    if time.perf_counter() >= deadline:
+                        break
+                if not send(targets[i % n], deadline):
                     break
-            if not send(targets[i % n], deadline):
-                break
-            sent += 1
-        unflushed = p.flush(max(0.0, deadline - time.perf_counter()))
-        window.stop()
+                sent += 1
+            unflushed = p.flush(max(0.0, deadline - time.perf_counter()))
+            window.stop()
         acked = delivered
         if unflushed:
             p.purge()
@@ -456,7 +516,8 @@ def measure_level(level: dict[str, Any], kbs: str, pids: dict[int, int], zk_pid:
     level["memory_after_create"] = memory_and_files(pids)
     level["hot"] = produce_phase(kbs, hot, args, pids, args.hot_records)
     time.sleep(args.settle_seconds)
-    level["spread"] = produce_phase(kbs, spread, args, pids, args.records)
+    level["spread"] = produce_phase(kbs, spread, args, pids, args.records,
+                                    profile_label=f"spread-{len(spread)}")
     level["memory_after_produce"] = memory_and_files(pids)
 
 
@@ -474,13 +535,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "topic_partitions": args.topic_partitions, "create_batch": args.create_batch,
                               "records": args.records, "hot_records": args.hot_records,
                               "phase_seconds": args.phase_seconds, "linger_ms": args.linger_ms,
-                              "idempotent": args.idempotent, "value_size": len(VALUE), "broker_overrides": overrides}
+                              "idempotent": args.idempotent, "value_size": len(VALUE), "broker_overrides": overrides,
+                              "client": args.client}
     try:
         with terminated_cleanly():
             state = cluster.up(3)
             pids = {b: p.pid for b, p in state.brokers.items()}
             zk_pid = state.zookeeper_pid
-            kbs = state.kafka_bootstrap_servers
+            kbs = state.kafka_bootstrap_servers if args.client == "librdkafka" \
+                else ",".join(b.address for _, b in sorted(state.brokers.items()))
             md = Metadata({b: p.address for b, p in state.brokers.items()})
             controller = int(cluster.zk_view()["controller"])
             hot = partitions_of([HOT])
@@ -543,7 +606,9 @@ def report(r: dict[str, Any]) -> None:
     s, g = r["small"], r.get("large", {})
     n_s, n_g = s["partitions_in_cluster"], g.get("partitions_in_cluster", 0)
     print(f"cores: {r['cores']}; load average at start {r['loadavg_start']}, at end {r['loadavg_end']}")
-    print(f"3 brokers on loopback, RF {RF}; librdkafka {confluent_kafka.libversion()[0]} acks=all "
+    client = f"librdkafka {confluent_kafka.libversion()[0]} (one Produce request per partition)" \
+        if r.get("client", "librdkafka") == "librdkafka" else "minikafka's Producer (one Produce request per leader)"
+    print(f"3 brokers on loopback, RF {RF}; {client} acks=all "
           f"linger.ms={r['linger_ms']}{' idempotent' if r['idempotent'] else ''}, {r['value_size']} B keyless "
           f"records round-robin over every partition; phases bounded by {r['records']:,} records "
           f"(hot: {r['hot_records']:,}) and {r['phase_seconds']:g} s")
@@ -598,7 +663,7 @@ def report(r: dict[str, Any]) -> None:
                 note += "; warm-up not all acknowledged"
             cpu = ", ".join(f"broker {b} {v}" for b, v in x["broker_cpu_s"].items())
             print(f"{phase} at {name}: {x['acknowledged']:,} records over {x['partitions']:,} partitions in "
-                  f"{x['seconds']} s; CPU s: {cpu}, client (librdkafka) {x['client_cpu_s']}{note}")
+                  f"{x['seconds']} s; CPU s: {cpu}, client ({r.get('client', 'librdkafka')}) {x['client_cpu_s']}{note}")
     for name, level in (("~50", s), (f"N={r['partitions']:,}", g)):
         i = level.get("idle")
         if i is not None:
@@ -645,6 +710,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--failover-timeout", type=float, default=180.0)
     ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker config (repeatable)")
+    ap.add_argument("--client", choices=("librdkafka", "minikafka"), default="librdkafka",
+                    help="librdkafka sends one Produce request per partition (its issue #1700); minikafka's "
+                         "Producer one per leader naming every ready partition, as Kafka's Java client")
+    ap.add_argument("--profile-dir", default=None,
+                    help="py-spy record each broker during the spread phases (collapsed stacks here)")
     ap.add_argument("--json", action="store_true")
     return ap
 

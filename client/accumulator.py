@@ -144,15 +144,17 @@ class ProducerBatch:
         first: int = self.records.append_section(section, count, ts)
         return first
 
-    def close(self, codec: int, producer_id: int, producer_epoch: int) -> bytes:
-        """Encode once; a retry resends the same bytes (same sequence, same CRC)."""
+    def close(self, codec: int, producer_id: int, producer_epoch: int, transactional: bool = False) -> bytes:
+        """Encode once; a retry resends the same bytes (same sequence, same CRC). ``transactional``:
+        the batch carries the transactional bit (a transactional producer's, KIP-98)."""
         if self.sequence >= 0:
             producer_id, producer_epoch = self.producer_id, self.producer_epoch
         if self.payload is None:
             records = self.records
             self.payload = build_batch(records.getvalue(), record_count=records.count, base_timestamp=records.base_ts,
                                        max_timestamp=records.max_ts, compression=codec, producer_id=producer_id,
-                                       producer_epoch=producer_epoch, base_sequence=self.sequence)
+                                       producer_epoch=producer_epoch, base_sequence=self.sequence,
+                                       is_transactional=transactional)
             # The section is in the payload now: keep the counters, drop the bytes.
             self.records = _Framed(records.count, records.size, records.base_ts, records.max_ts)
         return self.payload

@@ -15,6 +15,14 @@ response is used only if it was asked for the current fetch position. Only
 committed records (below the high watermark) are ever returned (S3.2); a
 leader change refreshes metadata and resumes from the same position.
 
+Fetch sessions (KIP-227, SPEC S15): each leader's fetches go through one
+session (``client.fetch_session_handler``, the bookkeeping): the first is full,
+later ones name only the partitions whose fetch position or leader epoch
+changed, or that were added, and forget those no longer wanted; their answers
+list only partitions that moved, and a partition left out had nothing new. A
+session error, a failed or cancelled fetch, or an error that refreshes a
+leader's metadata starts that leader's session over with a full fetch.
+
 Decoding: a partition's fetched bytes are decoded once, by the compiled
 columnar codec (``proto.columnar``, pure Python without a compiler), into
 Arrow-layout columns that stay buffered until taken. ``poll()`` builds its
@@ -56,8 +64,17 @@ import grpc
 
 from client.connection import ClusterView, Connection, parse_bootstrap
 from client.discovery import default_bootstrap
+from client.fetch_session_handler import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    FINAL_EPOCH,
+    INVALID_FETCH_SESSION_EPOCH,
+    FetchRequestData,
+    FetchSessionHandler,
+    PartitionFetchState,
+)
 from client.group_client import GroupMember
 from client.structs import TopicPartition
+from client.txn_filter import drop_aborted
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.columnar import RecordColumns, decode_columns, kafka_arrow_schema, to_arrow, to_records
@@ -173,11 +190,18 @@ class Consumer:
                  sasl_mechanism: str = "SCRAM-SHA-256", sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None, security: ChannelSecurity | None = None,
                  session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 3000,
-                 max_poll_interval_ms: int = 300_000, group_instance_id: str | None = None) -> None:
+                 max_poll_interval_ms: int = 300_000, group_instance_id: str | None = None,
+                 isolation_level: str = "read_uncommitted") -> None:
         """``zookeeper_connect`` and ``zookeeper_session_timeout_ms`` are accepted and ignored: groups
         go through the broker's coordinator. ``max_poll_interval_ms`` is the rebalance timeout.
-        ``group_instance_id`` makes the consumer a static member (KIP-345, Kafka's group.instance.id)."""
+        ``group_instance_id`` makes the consumer a static member (KIP-345, Kafka's group.instance.id).
+        ``isolation_level="read_committed"`` (KIP-98): records up to the last stable offset only, never
+        those of aborted transactions (``client.txn_filter``); the latest offset is the LSO."""
         del zookeeper_connect, zookeeper_session_timeout_ms
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise errors.InvalidRequestError("isolation_level must be read_uncommitted or read_committed")
+        self.isolation_level = isolation_level
+        self._isolation = pb.READ_COMMITTED if isolation_level == "read_committed" else pb.READ_UNCOMMITTED
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise errors.InvalidRequestError("auto_offset_reset must be earliest, latest or none")
         self.bootstrap = parse_bootstrap(default_bootstrap() if bootstrap_servers is None else bootstrap_servers)
@@ -202,7 +226,11 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}
         # Decoded fetches per partition, oldest first: at most two (one prefetched), see _send_fetches.
         self._buffer: dict[TopicPartition, deque[_Fetched]] = {}
-        self._inflight: dict[int, tuple[Any, dict[TopicPartition, int]]] = {}
+        # Per leader: the Fetch in flight, the fetch position of every partition it covers, its session data.
+        self._inflight: dict[int, tuple[Any, dict[TopicPartition, int], FetchRequestData[TopicPartition]]] = {}
+        # One fetch session per leader fetched from (KIP-227).
+        self._sessions: dict[int, FetchSessionHandler[TopicPartition]] = {}
+        self._fetch_counts = {"full": 0, "incremental": 0, "partitions_named": 0, "partitions_forgotten": 0}
         self._throttled_until: dict[int, float] = {}
         self._subscription: list[str] = []
         self._closed = False
@@ -298,9 +326,10 @@ class Consumer:
             for tp in pending:
                 try:
                     conn, _pl = self.view.leader_connection(tp.topic, tp.partition)
-                    resp = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, topics=[pb.ListOffsetsTopic(
-                        name=tp.topic, partitions=[pb.ListOffsetsPartition(partition=tp.partition,
-                                                                           timestamp=timestamp)])]),
+                    resp = conn.api.ListOffsets(pb.ListOffsetsRequest(
+                        replica_id=-1, isolation_level=self._isolation, topics=[pb.ListOffsetsTopic(
+                            name=tp.topic, partitions=[pb.ListOffsetsPartition(partition=tp.partition,
+                                                                               timestamp=timestamp)])]),
                         timeout=self.request_timeout_s)
                     pr = resp.topics[0].partitions[0]
                     if pr.error_code != E.NONE:
@@ -466,7 +495,7 @@ class Consumer:
         # buffered fetches are the bound (memory: 2 x max_partition_fetch_bytes per partition).
         need = [tp for tp in self._assignment if self._wants_fetch(tp)]
         by_leader: dict[int, list[TopicPartition]] = {}
-        busy = {tp for _f, sent in self._inflight.values() for tp in sent}
+        busy = {tp for _f, sent, _d in self._inflight.values() for tp in sent}
         missing = [tp for tp in need if tp not in self._positions and tp not in self._buffer]
         if missing:
             try:
@@ -489,21 +518,39 @@ class Consumer:
             # Only prefetches (every partition has records buffered): answered at once, never parked
             # at the broker, so they cannot hold this leader's one request slot for fetch_max_wait_ms.
             prefetch = all(tp in self._buffer for tp in tps)
-            req = pb.FetchRequest(replica_id=-1, max_wait_ms=0 if prefetch else self.fetch_max_wait_ms,
-                                  min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes)
-            sent: dict[TopicPartition, int] = {}
+            wanted: dict[TopicPartition, PartitionFetchState] = {}
             for tp in tps:
-                pl = self.view.partitions[(tp.topic, tp.partition)]
                 offset = self._fetch_position(tp)
                 assert offset is not None
-                req.topics.add(name=tp.topic).partitions.add(
-                    partition=tp.partition, fetch_offset=offset, current_leader_epoch=pl.leader_epoch,
-                    partition_max_bytes=self.max_partition_fetch_bytes)
-                sent[tp] = offset
+                wanted[tp] = PartitionFetchState(offset, self.view.partitions[(tp.topic, tp.partition)].leader_epoch,
+                                                 self.max_partition_fetch_bytes)
+            data = self._sessions.setdefault(leader, FetchSessionHandler()).build(wanted)
+            req = pb.FetchRequest(replica_id=-1, max_wait_ms=0 if prefetch else self.fetch_max_wait_ms,
+                                  min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
+                                  session_id=data.session_id, session_epoch=data.epoch,
+                                  isolation_level=self._isolation)
+            by_topic: dict[str, Any] = {}
+            for tp, st in data.to_send.items():
+                ft = by_topic.get(tp.topic)
+                if ft is None:
+                    ft = by_topic[tp.topic] = req.topics.add(name=tp.topic)
+                ft.partitions.add(partition=tp.partition, fetch_offset=st.fetch_offset,
+                                  current_leader_epoch=st.current_leader_epoch, partition_max_bytes=st.max_bytes)
+            gone: dict[str, Any] = {}
+            for tp in data.forgotten:
+                ft = gone.get(tp.topic)
+                if ft is None:
+                    ft = gone[tp.topic] = req.forgotten.add(name=tp.topic)
+                ft.partitions.add(partition=tp.partition)
+            counts = self._fetch_counts
+            counts["full" if data.full else "incremental"] += 1
+            counts["partitions_named"] += len(data.to_send)
+            counts["partitions_forgotten"] += len(data.forgotten)
+            sent = {tp: st.fetch_offset for tp, st in data.covered.items()}
             conn: Connection = self.view.connection(self.view.brokers[leader])
             fut = conn.api.Fetch.future(req, timeout=self.fetch_max_wait_ms / 1000.0 + self.request_timeout_s)
             fut.add_done_callback(lambda _f: self._fetch_done.set())
-            self._inflight[leader] = (fut, sent)
+            self._inflight[leader] = (fut, sent, data)
 
     def _collect(self, timeout_s: float) -> None:
         """Wait (up to ``timeout_s``) for any in-flight fetch and take every finished one."""
@@ -512,47 +559,88 @@ class Consumer:
             self._fetch_done.wait(timeout_s)
             self._fetch_done.clear()
             done = [(k, v) for k, v in self._inflight.items() if v[0].done()]
-        for leader, (fut, sent) in done:
+        for leader, (fut, sent, data) in done:
             del self._inflight[leader]
+            session = self._sessions.get(leader)
             try:
                 resp = fut.result()
             except grpc.RpcError as e:
                 log.debug("fetch from %d failed: %s", leader, e)
+                if session is not None:
+                    session.handle_error()
                 self._refresh_quietly(sorted({tp.topic for tp in sent}))
                 continue
             if resp.throttle_time_ms > 0:
                 # The broker answered at once instead of parking the fetch (its purgatory is full).
                 self._throttled_until[leader] = time.monotonic() + resp.throttle_time_ms / 1000.0
-            self._handle_fetch_response(resp, sent)
+            listed = [TopicPartition(t.name, p.partition) for t in resp.topics for p in t.partitions]
+            if session is None or not session.handle_response(data, resp.error_code, resp.session_id, listed,
+                                                              resp.throttle_time_ms > 0):
+                # Not usable (a session error: the next fetch is full). Any other refusal of the whole
+                # fetch may be a leader's that moved on: look again, as for a partition's error.
+                log.debug("fetch from %d not used: %s", leader, pb.ErrorCode.Name(resp.error_code))
+                if resp.error_code not in (E.NONE, FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
+                    self._refresh_quietly(sorted({tp.topic for tp in sent}))
+                continue
+            self._handle_fetch_response(resp, sent, session, listed)
 
-    def _handle_fetch_response(self, resp: pb.FetchResponse, sent: dict[TopicPartition, int]) -> None:
+    def _handle_fetch_response(self, resp: pb.FetchResponse, sent: dict[TopicPartition, int],
+                               session: FetchSessionHandler[TopicPartition] | None = None,
+                               listed: list[TopicPartition] | None = None) -> None:
+        """Take an answer the session accepted (``listed``: its partitions, in order)."""
+        if session is None:
+            session = FetchSessionHandler()  # sessionless: nothing to name again
+        if listed is None:
+            listed = [TopicPartition(t.name, p.partition) for t in resp.topics for p in t.partitions]
         refresh: set[str] = set()
+        parts = iter(listed)
         for t in resp.topics:
             for p in t.partitions:
-                tp = TopicPartition(t.name, p.partition)
+                tp = next(parts)
                 if tp not in sent or self._fetch_position(tp) != sent[tp]:
+                    session.resend(tp)
                     continue  # seeked or reassigned meanwhile
                 if tp in self._buffer and p.error_code != E.NONE:
+                    session.resend(tp)  # the session must answer it again
                     continue  # a prefetch: once the buffered records are taken the fetch repeats from there
                 if p.error_code == E.OFFSET_OUT_OF_RANGE:
                     if self.auto_offset_reset == "none":
                         raise errors.OffsetOutOfRangeError(f"{tp.topic}-{tp.partition} at {sent[tp]}")
                     self._positions.pop(tp, None)
+                    session.resend(tp)
                     continue
                 if p.error_code != E.NONE:
                     refresh.add(tp.topic)
                     continue
-                cols = decode_columns(p.records, sent[tp])
-                if not cols.num_rows and cols.error is None and tp in self._buffer:
-                    self._buffer[tp][-1].caught_up = True  # no more prefetching until these are taken
-                elif not cols.num_rows and cols.error is None and cols.next_offset > sent[tp]:
-                    self._positions[tp] = cols.next_offset  # batches whose records compaction removed
-                elif cols.num_rows or cols.error is not None:
-                    # Rows that precede a bad batch are handed out first; the bad batch itself is raised
-                    # by _slices when it is next (a fetch of nothing but it is buffered for that).
-                    self._buffer.setdefault(tp, deque()).append(_Fetched(cols))
+                if self._isolation == pb.READ_COMMITTED and p.aborted_transactions:
+                    records, skipped_to = drop_aborted(p.records, [(a.producer_id, a.first_offset)
+                                                                   for a in p.aborted_transactions])
+                    self._take_fetched(tp, sent[tp], records)
+                    if skipped_to > sent[tp] and tp not in self._buffer and self._fetch_position(tp) == sent[tp]:
+                        self._positions[tp] = skipped_to  # nothing but aborted records: past them
+                    continue
+                self._take_fetched(tp, sent[tp], p.records)
+        if len(listed) < len(sent):
+            # An incremental answer lists only partitions that moved: the others had nothing new.
+            for tp in sent.keys() - set(listed):
+                if tp in self._buffer and self._fetch_position(tp) == sent[tp]:
+                    self._buffer[tp][-1].caught_up = True
         if refresh:
+            # Leadership moved (or metadata is stale): this leader's session starts over.
+            session.reset()
             self._refresh_quietly(sorted(refresh))
+
+    def _take_fetched(self, tp: TopicPartition, offset: int, records: bytes) -> None:
+        """Buffer what a fetch of ``tp`` from ``offset`` returned."""
+        cols = decode_columns(records, offset)
+        if not cols.num_rows and cols.error is None and tp in self._buffer:
+            self._buffer[tp][-1].caught_up = True  # no more prefetching until these are taken
+        elif not cols.num_rows and cols.error is None and cols.next_offset > offset:
+            self._positions[tp] = cols.next_offset  # batches whose records compaction removed
+        elif cols.num_rows or cols.error is not None:
+            # Rows that precede a bad batch are handed out first; the bad batch itself is raised
+            # by _slices when it is next (a fetch of nothing but it is buffered for that).
+            self._buffer.setdefault(tp, deque()).append(_Fetched(cols))
 
     def _refresh_quietly(self, topics: list[str]) -> None:
         try:
@@ -561,9 +649,18 @@ class Consumer:
             log.debug("metadata refresh failed: %s", e)
 
     def _cancel_inflight(self) -> None:
-        for fut, _sent in self._inflight.values():
+        for leader, (fut, _sent, _data) in self._inflight.items():
             fut.cancel()
+            session = self._sessions.get(leader)
+            if session is not None:
+                session.handle_error()  # whether the broker applied it is unknown: the next fetch is full
         self._inflight.clear()
+
+    def fetch_session_metrics(self) -> dict[str, int]:
+        """Fetches sent (full / incremental, KIP-227), the partitions they named and forgot, and the
+        sessions held (one per leader fetched from)."""
+        return {**self._fetch_counts,
+                "sessions": sum(1 for s in self._sessions.values() if s.session_id and s.epoch)}
 
     # ------------------------------------------------------------ committed offsets (S11.3)
 
@@ -662,9 +759,31 @@ class Consumer:
         finally:
             self._closed = True
             self._cancel_inflight()
+            self._close_fetch_sessions()
             if self._group is not None:
                 self._group.leave()
             self.view.close()
+
+    def _close_fetch_sessions(self) -> None:
+        """Tell each broker its session with this consumer is over (epoch -1, as Kafka 3's consumer does
+        on close): freed now rather than held until evicted. Best effort, one short call per broker."""
+        calls = []
+        for leader, session in self._sessions.items():
+            broker = self.view.brokers.get(leader)
+            if not session.session_id or broker is None:
+                continue
+            req = pb.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=self.fetch_max_bytes,
+                                  session_id=session.session_id, session_epoch=FINAL_EPOCH)
+            try:
+                calls.append(self.view.connection(broker).api.Fetch.future(req, timeout=1.0))
+            except (errors.KafkaError, grpc.RpcError, OSError) as e:
+                log.debug("cannot close the fetch session with %d: %s", leader, e)
+        for call in calls:
+            try:
+                call.result()
+            except grpc.RpcError as e:
+                log.debug("closing a fetch session failed: %s", e)
+        self._sessions.clear()
 
     def __enter__(self) -> Consumer:
         return self

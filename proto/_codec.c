@@ -518,9 +518,14 @@ static PyObject *py_validate(PyObject *self, PyObject *args) {
                 PyErr_Format(InvalidRecord, "batch at position %zd has unknown attribute bits 0x%x", pos, attributes);
                 goto fail;
             }
-            if (attributes & (TRANSACTIONAL_MASK | CONTROL_MASK)) {
-                PyErr_Format(InvalidRecord, "batch at position %zd is a %s batch: transactions are not supported",
-                             pos, attributes & CONTROL_MASK ? "control" : "transactional");
+            if (attributes & CONTROL_MASK) {
+                /* Kafka's LogValidator: control batches enter a log only through WriteTxnMarkers. */
+                PyErr_Format(InvalidRecord,
+                             "batch at position %zd is a control batch: clients may not write control records", pos);
+                goto fail;
+            }
+            if ((attributes & TRANSACTIONAL_MASK) && producer_id < 0) {
+                PyErr_Format(InvalidRecord, "batch at position %zd is transactional without a producer id", pos);
                 goto fail;
             }
             if (attributes & TIMESTAMP_TYPE_MASK) {

@@ -355,6 +355,11 @@ class SecurityDisabledError(KafkaError):
     description = "Security features are disabled."
 
 
+class OperationNotAttemptedError(KafkaError):
+    code, name = 55, "OPERATION_NOT_ATTEMPTED"
+    description = "The broker did not attempt this operation because another part of the request failed."
+
+
 class KafkaStorageError(KafkaError):
     code, name = 56, "KAFKA_STORAGE_ERROR"
     description = "A disk error on the broker."
@@ -479,6 +484,13 @@ class GroupSubscribedToTopicError(KafkaError):
 class InvalidRecordError(KafkaError):
     code, name = 87, "INVALID_RECORD"
     description = "A record failed broker-side validation."
+
+
+class UnstableOffsetCommitError(KafkaError):
+    code, name = 88, "UNSTABLE_OFFSET_COMMIT"
+    description = ("There are unstable offsets that need to be cleared: a transaction holds offsets of "
+                   "this group pending (OffsetFetch require_stable, KIP-447).")
+    retriable = True
 
 
 class ProducerFencedError(KafkaError):

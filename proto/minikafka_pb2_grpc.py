@@ -219,6 +219,31 @@ class KafkaApiStub:
                 request_serializer=proto_dot_minikafka__pb2.DescribeProducersRequest.SerializeToString,
                 response_deserializer=proto_dot_minikafka__pb2.DescribeProducersResponse.FromString,
                 _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/WriteTxnMarkers',
+                request_serializer=proto_dot_minikafka__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/AddPartitionsToTxn',
+                request_serializer=proto_dot_minikafka__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/AddOffsetsToTxn',
+                request_serializer=proto_dot_minikafka__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/EndTxn',
+                request_serializer=proto_dot_minikafka__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/minikafka.v1.KafkaApi/TxnOffsetCommit',
+                request_serializer=proto_dot_minikafka__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=proto_dot_minikafka__pb2.TxnOffsetCommitResponse.FromString,
+                _registered_method=True)
 
 
 class KafkaApiServicer:
@@ -459,6 +484,39 @@ class KafkaApiServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTxnMarkers(self, request, context):
+        """Transactions (KIP-98): the transaction coordinator's markers to partition leaders (brokers only).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddPartitionsToTxn(self, request, context):
+        """Transactions (KIP-98): the transactional producer's requests to its transaction coordinator
+        (TxnOffsetCommit: to the group's coordinator).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KafkaApiServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -646,6 +704,31 @@ def add_KafkaApiServicer_to_server(servicer, server):
                     servicer.DescribeProducers,
                     request_deserializer=proto_dot_minikafka__pb2.DescribeProducersRequest.FromString,
                     response_serializer=proto_dot_minikafka__pb2.DescribeProducersResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=proto_dot_minikafka__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=proto_dot_minikafka__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=proto_dot_minikafka__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=proto_dot_minikafka__pb2.EndTxnRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=proto_dot_minikafka__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=proto_dot_minikafka__pb2.TxnOffsetCommitResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1647,6 +1730,141 @@ class KafkaApi:
             '/minikafka.v1.KafkaApi/DescribeProducers',
             proto_dot_minikafka__pb2.DescribeProducersRequest.SerializeToString,
             proto_dot_minikafka__pb2.DescribeProducersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/WriteTxnMarkers',
+            proto_dot_minikafka__pb2.WriteTxnMarkersRequest.SerializeToString,
+            proto_dot_minikafka__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/AddPartitionsToTxn',
+            proto_dot_minikafka__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            proto_dot_minikafka__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/AddOffsetsToTxn',
+            proto_dot_minikafka__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            proto_dot_minikafka__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/EndTxn',
+            proto_dot_minikafka__pb2.EndTxnRequest.SerializeToString,
+            proto_dot_minikafka__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.KafkaApi/TxnOffsetCommit',
+            proto_dot_minikafka__pb2.TxnOffsetCommitRequest.SerializeToString,
+            proto_dot_minikafka__pb2.TxnOffsetCommitResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -288,7 +288,8 @@ def validate_batches(buf: bytes | bytearray | memoryview, *, deep: bool = False,
     record: varint framing, record count = records found = last_offset_delta + 1, offset deltas
     0..n-1, key/value/header lengths, no trailing bytes, timestamps within
     [``min_timestamp``, ``max_timestamp``], max_timestamp equal to the records' maximum, no
-    control/transactional/LogAppendTime/unknown attribute bits, consistent producer fields;
+    control/LogAppendTime/unknown attribute bits (a transactional batch needs a producer id),
+    consistent producer fields;
     compressed batches are decompressed with a hard bound (the decompressed batch counts against
     ``max_batch_bytes``) and walked the same way.
 
@@ -361,10 +362,13 @@ def _validate_py(buf: bytes | bytearray | memoryview, deep: bool, max_batch_byte
         if deep:
             if attributes & ~KNOWN_ATTRIBUTES:
                 raise InvalidRecordError(f"batch at position {pos} has unknown attribute bits {attributes:#x}")
-            if attributes & (TRANSACTIONAL_MASK | CONTROL_MASK):
-                kind = "control" if attributes & CONTROL_MASK else "transactional"
+            if attributes & CONTROL_MASK:
+                # Kafka's LogValidator: control batches enter a log only through WriteTxnMarkers.
                 raise InvalidRecordError(
-                    f"batch at position {pos} is a {kind} batch: transactions are not supported")
+                    f"batch at position {pos} is a control batch: clients may not write control records")
+            if attributes & TRANSACTIONAL_MASK and pid < 0:
+                raise InvalidRecordError(
+                    f"batch at position {pos} is transactional without a producer id")
             if attributes & TIMESTAMP_TYPE_MASK:
                 raise InvalidRecordError(f"batch at position {pos} claims LogAppendTime: producers send CreateTime")
             if last_delta < 0 or count <= 0 or count != last_delta + 1:
@@ -959,6 +963,59 @@ def recompress_batches(buf: bytes | bytearray | memoryview, info: BatchesInfo, c
                                        f"recompressed, over max.message.bytes ({max_batch_bytes})")
         parts.append(rebuilt)
     return b"".join(parts)
+
+
+# ----------------------------------------------------------------- transaction markers (KIP-98)
+
+# A control record's key: version int16 (0) + type int16; an end-transaction marker's value:
+# version int16 (0) + coordinator_epoch int32 (Kafka's ControlRecordType / EndTransactionMarker).
+CONTROL_TYPE_ABORT: Final = 0
+CONTROL_TYPE_COMMIT: Final = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """An end-transaction marker: what a COMMIT/ABORT control batch says."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+def encode_control_batch(*, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                         timestamp: int, base_offset: int = 0,
+                         partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
+    """A COMMIT or ABORT marker as Kafka writes it (MemoryRecords.withEndTransactionMarker): one
+    record, control and transactional bits set, no sequence. Only WriteTxnMarkers writes these."""
+    key = _CONTROL_KEY.pack(0, CONTROL_TYPE_COMMIT if commit else CONTROL_TYPE_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    batch = bytearray(build_batch(encode_record_body(0, 0, key, value, ()), record_count=1, base_timestamp=timestamp,
+                                  max_timestamp=timestamp, base_offset=base_offset,
+                                  partition_leader_epoch=partition_leader_epoch, producer_id=producer_id,
+                                  producer_epoch=producer_epoch, base_sequence=NO_SEQUENCE, is_transactional=True))
+    (attrs,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_OFFSET)
+    _ATTRIBUTES.pack_into(batch, ATTRIBUTES_OFFSET, attrs | CONTROL_MASK)
+    _CRC.pack_into(batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
+
+
+def decode_txn_marker(buf: bytes | bytearray | memoryview, pos: int = 0) -> TxnMarker | None:
+    """The end-transaction marker of the control batch at ``pos``; None for a control batch of
+    another type (Kafka ignores unknown control types). CorruptMessageError when it is malformed."""
+    _header, records = decode_batch_fields(buf, pos)
+    if not records:
+        raise CorruptMessageError(f"control batch at position {pos} holds no record")
+    key, value = records[0][2], records[0][3]
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptMessageError(f"control batch at position {pos} has a bad control record key")
+    _version, kind = _CONTROL_KEY.unpack_from(key)
+    if kind not in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT):
+        return None
+    if value is None or len(value) < _MARKER_VALUE.size:
+        raise CorruptMessageError(f"control batch at position {pos} has a bad end-transaction marker")
+    _vversion, coordinator_epoch = _MARKER_VALUE.unpack_from(value)
+    return TxnMarker(kind == CONTROL_TYPE_COMMIT, coordinator_epoch)
 
 
 # ----------------------------------------------------------------- decoding (client / cold paths)

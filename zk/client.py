@@ -23,6 +23,7 @@ controller can never write again once a successor exists.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,8 +47,9 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import RetryFailedError
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
-from proto.errors import KafkaError, NotCoordinatorError, TopicAlreadyExistsError
+from proto.errors import KafkaError, NotCoordinatorError, RecordListTooLargeError, TopicAlreadyExistsError
 from zk.data import (
+    MAX_ZNODE_BYTES,
     OPEN_PATHS,
     PERSISTENT_PATHS,
     SENSITIVE_PATHS,
@@ -63,11 +65,13 @@ from zk.data import (
     ConsumersZNode,
     ControllerEpochZNode,
     ControllerZNode,
+    CorruptZnodeError,
     DeleteTopicsZNode,
     GroupCoordinatorState,
     GroupLease,
     IsrChangeNotificationZNode,
     LeaderIsrAndControllerEpoch,
+    PendingTxnOffsets,
     PreferredReplicaElectionZNode,
     ProducerIdBlockZNode,
     ReassignPartitionsZNode,
@@ -76,6 +80,10 @@ from zk.data import (
     TopicPartitionStateZNode,
     TopicsZNode,
     TopicZNode,
+    TransactionRecord,
+    TransactionsZNode,
+    TxnLease,
+    TxnOffsetsZNode,
 )
 
 log = logging.getLogger(__name__)
@@ -1097,6 +1105,186 @@ class KafkaZkClient:
                 self._r(self.zk.create, path, data, makepath=True)
             except NodeExistsError:  # a racing commit, or our own create's lost reply: write again
                 self._r(self.zk.set, path, data)
+
+    # ------------------------------------------------------------ transactions (/transactions, KIP-98)
+    #
+    # One znode per transactional id, written only by its transaction coordinator
+    # (broker/coordinator/transaction/txn_coordinator.py), every write conditional on the version the
+    # coordinator last wrote (TransactionRecord, TxnLease). A lost reply is told from a lost race by
+    # re-reading: our own bytes there mean our write went through.
+
+    def list_transactional_ids(self) -> list[str]:
+        try:
+            names = self._r(self.zk.get_children, TransactionsZNode.PATH)
+        except NoNodeError:
+            return []
+        out = []
+        for name in names:
+            try:
+                out.append(TransactionsZNode.decode_id(name))
+            except UnicodeDecodeError:
+                continue  # not written by us
+        return sorted(out)
+
+    def get_transaction(self, transactional_id: str) -> tuple[TransactionRecord, int] | None:
+        """The stored record and its znode version; None when there is none. A record that does not
+        decode raises CorruptZnodeError (the coordinator refuses the id rather than reset it)."""
+        path = TransactionsZNode.path(transactional_id)
+        found = self._read(path)
+        if found is None:
+            return None
+        return TransactionRecord.decode(found[0], path), found[1]
+
+    def claim_transaction(self, transactional_id: str, broker_id: int) -> tuple[TxnLease, TransactionRecord | None]:
+        """Take the transactional id over: rewrite its record with the coordinator epoch bumped,
+        conditional on the version read, so that every later write of the previous coordinator
+        fails. No record yet: a lease at version -1 (the first write creates the znode)."""
+        path = TransactionsZNode.path(transactional_id)
+        for _attempt in range(10):
+            current = self.get_transaction(transactional_id)
+            if current is None:
+                return TxnLease(transactional_id, broker_id, 0, -1), None
+            old, version = current
+            new = dataclasses.replace(old, broker_id=broker_id, coordinator_epoch=old.coordinator_epoch + 1)
+            data = new.encode()
+            try:
+                new_version = int(self._r(self.zk.set, path, data, version=version).version)
+            except (BadVersionError, NoNodeError):
+                again = self._read(path)
+                if again is None or again[0] != data:
+                    continue  # another claim (or an expiry) won the race: read again
+                new_version = again[1]  # our own write; its reply was lost
+            return TxnLease(transactional_id, broker_id, new.coordinator_epoch, new_version), new
+        raise NotCoordinatorError(f"transactional id {transactional_id}: could not take it over (claims kept racing)")
+
+    def write_transaction(self, lease: TxnLease, record: TransactionRecord) -> TxnLease:
+        """Store ``record`` conditional on ``lease`` (creating the znode at version -1);
+        NotCoordinatorError when another coordinator wrote since (nothing written)."""
+        path = TransactionsZNode.path(lease.transactional_id)
+        data = record.encode()
+        if len(data) > MAX_ZNODE_BYTES:
+            raise RecordListTooLargeError(f"transactional id {lease.transactional_id}: its state is "
+                                          f"{len(data)} bytes, above what ZooKeeper stores")
+        try:
+            if lease.zk_version < 0:
+                self._r(self.zk.create, path, data, makepath=True)
+                version = 0
+            else:
+                version = int(self._r(self.zk.set, path, data, version=lease.zk_version).version)
+        except (BadVersionError, NoNodeError, NodeExistsError):
+            again = self._read(path)
+            if again is None or again[0] != data:
+                raise NotCoordinatorError(f"transactional id {lease.transactional_id}: coordinator epoch "
+                                          f"{lease.coordinator_epoch} was fenced by a newer coordinator") from None
+            version = again[1]  # our own write; its reply was lost
+        return dataclasses.replace(lease, zk_version=version)
+
+    def delete_transaction(self, lease: TxnLease) -> None:
+        """Delete the id's record (transactional.id.expiration.ms), conditional on ``lease``."""
+        if lease.zk_version < 0:
+            return
+        path = TransactionsZNode.path(lease.transactional_id)
+        try:
+            self._r(self.zk.delete, path, version=lease.zk_version)
+        except NoNodeError:
+            return  # gone: our own delete whose reply was lost (or another's - nothing to keep)
+        except BadVersionError:
+            raise NotCoordinatorError(f"transactional id {lease.transactional_id}: fenced") from None
+
+    def transaction_lease_valid(self, lease: TxnLease) -> bool:
+        """Is ``lease`` still the id's fence? A check-only multi, linearizable like a write."""
+        path = TransactionsZNode.path(lease.transactional_id)
+        if lease.zk_version < 0:
+            return not self.path_exists(path)
+
+        def check() -> list[Any]:
+            tx = self.zk.transaction()
+            tx.check(path, lease.zk_version)
+            return list(tx.commit())
+
+        return not any(isinstance(r, Exception) for r in self._r(check))
+
+    # ------------------------------------------------------------ transactional group offsets (TxnOffsetCommit)
+    #
+    # Written only by the group's coordinator, every multi guarded by its lease (the coordinator
+    # znode's version), the pending znode and its index entry together (zk.data.TxnOffsetsZNode).
+
+    def get_group_txn_offsets(self, group: str) -> dict[int, PendingTxnOffsets]:
+        """Every producer's pending transactional offsets of ``group``; unreadable ones skipped."""
+        try:
+            names = self._r(self.zk.get_children, TxnOffsetsZNode.pending_dir(group))
+        except NoNodeError:
+            return {}
+        out: dict[int, PendingTxnOffsets] = {}
+        for name in names:
+            if not name.isdigit():
+                continue
+            path = TxnOffsetsZNode.pending(group, int(name))
+            found = self._read(path)
+            if found is None:
+                continue
+            try:
+                out[int(name)] = PendingTxnOffsets.decode(found[0], path)
+            except CorruptZnodeError as e:
+                log.warning("%s", e)
+        return out
+
+    def txn_offsets_index(self, partition: int) -> list[tuple[int, str]]:
+        """(producer id, group) of every pending transactional offsets of __consumer_offsets ``partition``."""
+        try:
+            names = self._r(self.zk.get_children, TxnOffsetsZNode.index_dir(partition))
+        except NoNodeError:
+            return []
+        return sorted(e for e in (TxnOffsetsZNode.parse_index(n) for n in names) if e is not None)
+
+    def write_group_txn_offsets(self, lease: GroupLease, producer_id: int, pending: PendingTxnOffsets,
+                                partition: int, exists: bool) -> None:
+        """Store ``pending`` (creating it and its index entry unless ``exists``), guarded by ``lease``;
+        NotCoordinatorError when fenced."""
+        group = lease.group_id
+        self._r(self.zk.ensure_path, TxnOffsetsZNode.pending_dir(group))
+        self._r(self.zk.ensure_path, TxnOffsetsZNode.index_dir(partition))
+        path, index = TxnOffsetsZNode.pending(group, producer_id), TxnOffsetsZNode.index(partition, producer_id, group)
+        data = pending.encode()
+        if len(data) > MAX_ZNODE_BYTES:
+            raise RecordListTooLargeError(f"group {group}: {len(pending.offsets)} pending offsets do not fit a znode")
+        for _attempt in range(3):
+            writes = ([ZkWrite("set", path, data)] if exists
+                      else [ZkWrite("create", path, data), ZkWrite("create", index)])
+            result = self.commit_guarded(lease.zk_version, writes, guard=ConsumersZNode.coordinator(group))
+            if result.applied:
+                return
+            exists = result.current.get(path) is not None
+        raise KazooException(f"group {group}: pending offsets could not be written (znodes kept changing)")
+
+    def complete_group_txn_offsets(self, lease: GroupLease, producer_id: int, partition: int,
+                                   offsets: dict[tuple[str, int], tuple[int, str]], known: set[tuple[str, int]],
+                                   commit_timestamp_ms: int = -1) -> None:
+        """The transaction's outcome for ``group``: ``offsets`` (empty on abort) become committed
+        offsets and the pending znode and its index entry go, in one multi guarded by ``lease``."""
+        group = lease.group_id
+        for topic in sorted({t for (t, p) in offsets if (t, p) not in known}):
+            self._r(self.zk.ensure_path, ConsumersZNode.offsets_topic(group, topic))
+        exists = {tp: tp in known for tp in offsets}
+        path, index = TxnOffsetsZNode.pending(group, producer_id), TxnOffsetsZNode.index(partition, producer_id, group)
+        has_pending, has_index = self.path_exists(path), self.path_exists(index)
+        for _attempt in range(3):
+            writes = [ZkWrite("set" if exists[(t, p)] else "create", ConsumersZNode.offset(group, t, p),
+                              ConsumersZNode.encode_offset(o, m, commit_timestamp_ms))
+                      for (t, p), (o, m) in sorted(offsets.items())]
+            writes += [ZkWrite("delete", p) for p, present in ((path, has_pending), (index, has_index)) if present]
+            result = self.commit_guarded(lease.zk_version, writes, guard=ConsumersZNode.coordinator(group))
+            if result.applied:
+                return
+            for (t, p) in offsets:
+                at = ConsumersZNode.offset(group, t, p)
+                if at in result.current:
+                    exists[(t, p)] = result.current[at] is not None
+            if path in result.current:
+                has_pending = result.current[path] is not None
+            if index in result.current:
+                has_index = result.current[index] is not None
+        raise KazooException(f"group {group}: transactional offsets could not be completed (znodes kept changing)")
 
     # ------------------------------------------------------------ producer ids
 

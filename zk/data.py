@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import quote, unquote
 
 from proto.errors import KafkaError
 
@@ -481,7 +482,7 @@ class AclZNode:
     {"version":1,"acls":[{"principal":"User:a","permissionType":"Allow","operation":"Read","host":"*"}]}"""
 
     PATH: Final = "/kafka-acl"
-    RESOURCE_TYPES: Final = ("Topic", "Group", "Cluster")
+    RESOURCE_TYPES: Final = ("Topic", "Group", "Cluster", "TransactionalId")
 
     @staticmethod
     def path(resource_type: str, name: str) -> str:
@@ -675,6 +676,165 @@ class GroupLease:
     generation_id: int
 
 
+# ------------------------------------------------------------------ transactions (KIP-98, issue 31)
+
+
+class TransactionsZNode:
+    """/transactions/[transactional id, percent-encoded]: one transactional id's state (Kafka keeps
+    it in the __transaction_state topic). The id is any string to Kafka; a znode name may not hold
+    '/', be '.' or '..', nor some code points, so the path holds its UTF-8 bytes percent-encoded
+    (RFC 3986 unreserved characters stay as they are) - readable for the usual ids."""
+
+    PATH: Final = "/transactions"
+
+    @staticmethod
+    def encode_id(transactional_id: str) -> str:
+        name = quote(transactional_id, safe="")
+        return name.replace(".", "%2E") if name in (".", "..") else name
+
+    @staticmethod
+    def decode_id(name: str) -> str:
+        return unquote(name, errors="strict")
+
+    @staticmethod
+    def path(transactional_id: str) -> str:
+        return f"{TransactionsZNode.PATH}/{TransactionsZNode.encode_id(transactional_id)}"
+
+
+TXN_STATES: Final = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
+                      "Dead", "PrepareEpochFence")
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionRecord:
+    """The data of /transactions/[id]: Kafka's TransactionMetadata (the __transaction_state value
+    schema's fields) plus who coordinates it under which coordinator epoch.
+
+    The znode's *version* is the coordinator's fence, as /consumers/[group]/coordinator's for a
+    group: a broker taking the id over rewrites the record with ``coordinator_epoch + 1``
+    conditional on the version it read, and every later write of the state is conditional on the
+    version it last wrote - so a deposed coordinator's next write fails whole. The coordinator
+    epoch goes on its WriteTxnMarkers, which partitions fence by (TRANSACTION_COORDINATOR_FENCED)."""
+
+    broker_id: int
+    coordinator_epoch: int
+    producer_id: int
+    last_producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    timeout_ms: int
+    state: str
+    partitions: tuple[tuple[str, int], ...] = ()
+    groups: tuple[str, ...] = ()
+    txn_start_ms: int = -1
+    last_update_ms: int = -1
+
+    def encode(self) -> bytes:
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(self.partitions):
+            topics.setdefault(topic, []).append(partition)
+        return _dump({"version": 1, "broker": self.broker_id, "coordinator_epoch": self.coordinator_epoch,
+                      "producer_id": self.producer_id, "last_producer_id": self.last_producer_id,
+                      "producer_epoch": self.producer_epoch, "last_producer_epoch": self.last_producer_epoch,
+                      "transaction_timeout_ms": self.timeout_ms, "state": self.state,
+                      "partitions": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                      "groups": sorted(self.groups), "transaction_start_timestamp": self.txn_start_ms,
+                      "transaction_last_update_timestamp": self.last_update_ms})
+
+    @staticmethod
+    def decode(data: bytes | None, path: str = "/transactions/[id]") -> TransactionRecord:
+        obj = _json(bytes(data or b""), path)
+        try:
+            ints = [obj[k] for k in ("broker", "coordinator_epoch", "producer_id", "last_producer_id",
+                                     "producer_epoch", "last_producer_epoch", "transaction_timeout_ms",
+                                     "transaction_start_timestamp", "transaction_last_update_timestamp")]
+            state = obj["state"]
+            partitions = tuple((e["topic"], p) for e in obj["partitions"] for p in e["partitions"])
+            groups = tuple(obj["groups"])
+        except (KeyError, TypeError, AttributeError):
+            raise CorruptZnodeError(f"{path}: not a transaction record: {obj!r}") from None
+        if (not all(type(v) is int for v in ints) or state not in TXN_STATES
+                or not all(isinstance(t, str) and type(p) is int for t, p in partitions)
+                or not all(isinstance(g, str) for g in groups)):
+            raise CorruptZnodeError(f"{path}: not a transaction record: {obj!r}")
+        broker, epoch, pid, last_pid, pepoch, last_pepoch, timeout, start, update = ints
+        return TransactionRecord(broker, epoch, pid, last_pid, pepoch, last_pepoch, timeout, state,
+                                 partitions, groups, start, update)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnLease:
+    """What a transaction coordinator holds for one transactional id: its coordinator epoch and the
+    version of /transactions/[id] it last wrote (-1: no znode yet - its first write creates it, and
+    fails if another coordinator created it first)."""
+
+    transactional_id: str
+    broker_id: int
+    coordinator_epoch: int
+    zk_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTxnOffsets:
+    """The data of /consumers/[group]/txn_offsets/[producer id]: offsets a transaction committed
+    for the group (TxnOffsetCommit) that become its committed offsets only when the transaction
+    commits (Kafka's ``pendingTransactionalOffsetCommits``). Written by the group's coordinator
+    under its lease (the fence of /consumers/[group]/coordinator), with the group's index entry
+    ``TxnOffsetsZNode.index`` in the same multi."""
+
+    producer_epoch: int
+    offsets: tuple[tuple[str, int, int, str], ...]  # (topic, partition, offset, metadata), sorted
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "producer_epoch": self.producer_epoch, "offsets": [
+            {"topic": t, "partition": p, "offset": o, "metadata": m} for t, p, o, m in self.offsets]})
+
+    @staticmethod
+    def decode(data: bytes | None, path: str = "/consumers/[group]/txn_offsets/[id]") -> PendingTxnOffsets:
+        obj = _json(bytes(data or b""), path)
+        try:
+            epoch = obj["producer_epoch"]
+            offsets = tuple((e["topic"], e["partition"], e["offset"], e["metadata"]) for e in obj["offsets"])
+        except (KeyError, TypeError, AttributeError):
+            raise CorruptZnodeError(f"{path}: not pending transactional offsets: {obj!r}") from None
+        if type(epoch) is not int or not all(
+                isinstance(t, str) and type(p) is int and type(o) is int and isinstance(m, str)
+                for t, p, o, m in offsets):
+            raise CorruptZnodeError(f"{path}: not pending transactional offsets: {obj!r}")
+        return PendingTxnOffsets(epoch, tuple(sorted(offsets)))
+
+
+class TxnOffsetsZNode:
+    """Where transactions' pending group offsets live. Per group and producer id:
+    /consumers/[group]/txn_offsets/[producer id] (``PendingTxnOffsets``). And an index, so that a
+    transaction marker for (producer id, __consumer_offsets partition P) finds its groups without
+    listing every group (Kafka finds them in partition P's log): /txn_offsets/[P]/[producer id]-[group],
+    empty, created and deleted in the same multi as the pending znode."""
+
+    INDEX: Final = "/txn_offsets"
+
+    @staticmethod
+    def pending_dir(group: str) -> str:
+        return f"/consumers/{group}/txn_offsets"
+
+    @staticmethod
+    def pending(group: str, producer_id: int) -> str:
+        return f"/consumers/{group}/txn_offsets/{producer_id}"
+
+    @staticmethod
+    def index_dir(partition: int) -> str:
+        return f"{TxnOffsetsZNode.INDEX}/{partition}"
+
+    @staticmethod
+    def index(partition: int, producer_id: int, group: str) -> str:
+        return f"{TxnOffsetsZNode.INDEX}/{partition}/{producer_id}-{group}"
+
+    @staticmethod
+    def parse_index(name: str) -> tuple[int, str] | None:
+        pid, sep, group = name.partition("-")
+        return (int(pid), group) if sep and pid.isdigit() and group else None
+
+
 # Paths the cluster needs before anything runs (Kafka's ZkData.PersistentZkPaths).
 PERSISTENT_PATHS: Final = (
     "/consumers",
@@ -689,6 +849,8 @@ PERSISTENT_PATHS: Final = (
     "/cluster",
     *(f"{AclZNode.PATH}/{t}" for t in AclZNode.RESOURCE_TYPES),
     AclChangesZNode.PATH,
+    TransactionsZNode.PATH,
+    TxnOffsetsZNode.INDEX,
 )
 
 # With zookeeper.set.acl, what stays writable by everyone (nothing since the group coordinator

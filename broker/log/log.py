@@ -52,6 +52,22 @@ Truncations of the cache (``truncate_to``, ``truncate_fully_and_start_at``,
 ``truncate_epochs_from_end``, retention) are written and fsynced at once, as
 before: a restart must not resurrect an epoch that was cut (KIP-279); that
 write also carries, and clears, any dirty entries.
+
+Transactions (KIP-98): transactional batches are validated and deduplicated
+like idempotent ones; COMMIT/ABORT markers are written only by
+``append_txn_marker`` (WriteTxnMarkers on the leader), fenced by the producer
+state (producer and coordinator epochs), and copied as they are by followers.
+The producer state (``producer_state.py``) knows the open transactions, so the
+log answers the last stable offset (``last_stable_offset``: min(first unstable
+offset, HW), never below the log start). An aborted transaction's entry goes to
+the ``.txnindex`` of the segment its marker is written to (``txn_index.py``);
+read_committed fetches collect them with ``collect_aborted_transactions``.
+The producer state is derived from the log and rebuilt lazily (restart,
+truncation); a rebuild also rebuilds the aborted-transaction index of any
+segment whose entries may be missing (recovered after a crash) or disagree
+with the markers it replayed. Truncation cuts the entries whose marker it
+removes, retention deletes them with their segment, and a cleaned segment
+takes over the entries of the segments it replaces.
 """
 
 from __future__ import annotations
@@ -74,9 +90,11 @@ from broker.log.checkpoint import (
 from broker.log.cleaner import check_keys_for_compaction
 from broker.log.config import LogConfig
 from broker.log.epoch_cache import LeaderEpochCache
-from broker.log.producer_state import ProducerStateManager
+from broker.log.producer_state import CompletedTxn, ProducerStateManager
 from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
+from broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, collect_from_segments
 from proto.errors import (
+    CorruptMessageError,
     InvalidRequestError,
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -87,6 +105,7 @@ from proto.errors import (
 from proto.record_batch import (
     CODEC_BY_NAME,
     COMPRESSION_NONE,
+    CONTROL_MASK,
     LOG_OVERHEAD,
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
@@ -94,6 +113,9 @@ from proto.record_batch import (
     BatchHeader,
     BatchInfo,
     Record,
+    TxnMarker,
+    decode_txn_marker,
+    encode_control_batch,
     iter_headers,
     recompress_batches,
     set_log_append_time,
@@ -216,7 +238,7 @@ class Log:
                        if n.endswith(LOG_SUFFIX) and n[: -len(LOG_SUFFIX)].isdigit())
         # Index files without a data file are leftovers of a deleted segment.
         for name in names:
-            if name.endswith((".index", ".timeindex")):
+            if name.endswith((".index", ".timeindex", TXN_INDEX_SUFFIX)):
                 stem = name.split(".")[0]
                 if stem.isdigit() and int(stem) not in bases:
                     (self.dir / name).unlink()
@@ -294,9 +316,9 @@ class Log:
                 end = max(end, header.next_offset)
             for old in bases:
                 if base <= old < max(end, base + 1):
-                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                         (self.dir / segment_file_name(old, suffix)).unlink(missing_ok=True)
-            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 swapped = self.dir / (segment_file_name(base, suffix) + SWAP_SUFFIX)
                 if swapped.exists():
                     os.replace(swapped, self.dir / segment_file_name(base, suffix))
@@ -317,7 +339,15 @@ class Log:
         i = self._segments.index(old[0])
         if self._segments[i:i + len(old)] != old or i + len(old) >= len(self._segments):
             raise KafkaStorageError(f"{self.topic}-{self.partition}: the segments to replace are not the log's")
-        names = [segment_file_name(base_offset, suffix) for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+        # The cleaned segment keeps the aborted transactions of those it replaces (markers are kept).
+        aborted = [e for seg in old for e in seg.txn_index.entries]
+        txn_cleaned = self.dir / (segment_file_name(base_offset, TXN_INDEX_SUFFIX) + CLEANED_SUFFIX)
+        if aborted:
+            txn_cleaned.write_bytes(b"".join(e.encode() for e in aborted))
+            with open(txn_cleaned, "rb") as f:
+                os.fsync(f.fileno())
+        names = [segment_file_name(base_offset, suffix)
+                 for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)]
         for name in names:
             cleaned = self.dir / (name + CLEANED_SUFFIX)
             if cleaned.exists():
@@ -332,6 +362,9 @@ class Log:
         fsync_dir(self.dir)
         seg = LogSegment(self.dir, base_offset, self.config, now_ms)
         seg.load()
+        if seg.txn_index_stale:  # load fell back to recovering the data: the entries are known here
+            seg.txn_index.replace(aborted)
+            seg.txn_index_stale = False
         self._segments[i:i + len(old)] = [seg]
         self._bases[i:i + len(old)] = [base_offset]
         return seg
@@ -464,9 +497,92 @@ class Log:
     def producer_state(self) -> ProducerStateManager:
         if self._producer_state is None:
             state = ProducerStateManager()
-            state.rebuild(self.iter_batch_headers())
+            completed = state.rebuild(self._iter_batches_with_markers())
+            state.prune_replicated(self.high_watermark)
             self._producer_state = state
+            self._rebuild_txn_indexes(completed)
         return self._producer_state
+
+    def _iter_batches_with_markers(self) -> Iterator[tuple[BatchHeader, TxnMarker | None]]:
+        for seg in list(self._segments):
+            batches = seg.iter_batches_with_markers()
+            while True:
+                try:
+                    header, marker = next(batches)
+                except StopIteration:
+                    break
+                except CorruptMessageError as e:  # a control record the leader should never have written
+                    logger.warning("%s-%d: unreadable transaction marker: %s", self.topic, self.partition, e)
+                    continue
+                if header.next_offset > self.log_start_offset:
+                    yield header, marker
+
+    def _rebuild_txn_indexes(self, completed: list[CompletedTxn]) -> None:
+        """Make every segment's aborted-transaction index hold the aborted transactions whose
+        markers it holds, as the producer state replayed them (a crash or a bad file left a
+        segment without them; a trimmed log start may shorten a transaction's first offset)."""
+        by_segment: dict[int, list[AbortedTxn]] = {}
+        for txn in completed:
+            if txn.is_aborted:
+                i = max(0, bisect.bisect_right(self._bases, txn.last_offset) - 1)
+                by_segment.setdefault(i, []).append(
+                    AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset))
+        for i, seg in enumerate(self._segments):
+            if seg.base_offset < self.log_start_offset and not seg.txn_index_stale and i not in by_segment:
+                continue  # below the log start the replay saw nothing: keep what the file says
+            expected = by_segment.get(i, [])
+            if seg.txn_index.replace(expected) and not seg.txn_index_stale:
+                logger.info("%s-%d: rebuilt the aborted-transaction index of segment %d", self.topic,
+                            self.partition, seg.base_offset)
+            seg.txn_index_stale = False
+
+    def _on_txn_completed(self, txn: CompletedTxn | None) -> None:
+        if txn is not None and txn.is_aborted:
+            self._segments[-1].txn_index.append(
+                AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset))
+
+    def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                          leader_epoch: int, now_ms: int) -> LogAppendInfo:
+        """Write a COMMIT/ABORT marker for ``producer_id`` (WriteTxnMarkers on the leader; the only
+        way a control batch enters a log). INVALID_PRODUCER_EPOCH for an older producer epoch,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch than its last marker's."""
+        state = self.producer_state
+        state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = encode_control_batch(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
+                                     coordinator_epoch=coordinator_epoch, timestamp=now_ms)
+        info = validate_batches(batch)
+        if leader_epoch >= 0:
+            self._epochs_changed(self.epoch_cache.assign_changed_from(leader_epoch, self.log_end_offset))
+        first = self.log_end_offset
+        pieces: list[bytes | memoryview] = [stamp_prefix(first, len(batch) - LOG_OVERHEAD, leader_epoch),
+                                            memoryview(batch)[16:]]
+        result = self._write(first, first + 1, pieces, len(batch), info, now_ms, first, -1, now_ms)
+        self._on_txn_completed(state.update_marker(producer_id, producer_epoch, TxnMarker(commit, coordinator_epoch),
+                                                   first, now_ms))
+        return result
+
+    def last_stable_offset(self) -> int:
+        """KIP-98's LSO: min(first offset of an undecided transaction, HW), not below the log start
+        (Kafka's ``Log.lastStableOffset``). Builds the producer state if needed."""
+        return max(self.producer_state.last_stable_offset(self.high_watermark), self.log_start_offset)
+
+    def last_stable_offset_if_known(self) -> int:
+        """The LSO when the producer state is at hand, else the HW (what read_uncommitted answers
+        carry: they do not pay for a rebuild)."""
+        if self._producer_state is None:
+            return self.high_watermark
+        return self.last_stable_offset()
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound) (a read_committed fetch)."""
+        if upper_bound <= fetch_offset:
+            return []
+        i = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
+        if self._producer_state is not None and any(seg.txn_index_stale for seg in self._segments[i:]):
+            self._producer_state = None  # an index lost its entries since the state was built: replay
+        self.producer_state  # noqa: B018 - a rebuild first rebuilds the indexes of recovered segments
+        return collect_from_segments((seg.txn_index.entries for seg in self._segments[i:]), fetch_offset,
+                                     upper_bound)
 
     def iter_batch_headers(self) -> Iterator[BatchHeader]:
         """Every batch header from the log start on, in offset order (record bodies are not read)."""
@@ -504,9 +620,26 @@ class Log:
         self._epochs_changed(changed_from)
         result = self._write(first, expected, [records], len(records), info, info.max_timestamp,
                              first + info.shallow_offset_of_max_timestamp, -1, now_ms)
-        if self._producer_state is not None:
+        has_markers = any(b.attributes & CONTROL_MASK for b in info.batches)
+        state = self._producer_state
+        if state is None and has_markers:
+            # A marker's index entry needs the transaction's first offset: replay the log (this
+            # chunk included; the rebuild writes the aborted entries).
+            self.producer_state  # noqa: B018
+        elif state is not None:
             for b in info.producer_batches:
-                self._producer_state.update(b, b.base_offset)
+                if not b.attributes & CONTROL_MASK:
+                    state.update(b, b.base_offset)
+                    continue
+                try:
+                    marker = decode_txn_marker(records, b.position)
+                except CorruptMessageError as e:
+                    logger.warning("%s-%d: unreadable transaction marker at %d: %s", self.topic, self.partition,
+                                   b.base_offset, e)
+                    continue
+                if marker is not None:
+                    self._on_txn_completed(state.update_marker(b.producer_id, b.producer_epoch, marker,
+                                                               b.base_offset, b.max_timestamp))
         return result
 
     def _check_fits(self, nbytes: int) -> None:
@@ -610,6 +743,8 @@ class Log:
     def update_high_watermark(self, offset: int) -> int:
         """Store the high watermark, clamped to [log_start_offset, LEO]; returns it."""
         self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        if self._producer_state is not None:
+            self._producer_state.prune_replicated(self.high_watermark)
         return self.high_watermark
 
     def maybe_increment_log_start_offset(self, new_offset: int) -> bool:

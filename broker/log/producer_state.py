@@ -1,4 +1,4 @@
-"""Idempotent producer state of one partition (Kafka's ProducerStateManager, KIP-98), pure.
+"""Idempotent and transactional producer state of one partition (Kafka's ProducerStateManager, KIP-98), pure.
 
 Theory of operation: a batch from an idempotent producer carries
 ``producer_id``, ``producer_epoch`` and ``base_sequence``. For each producer
@@ -10,18 +10,43 @@ original offset (no second copy is written); anything else is out of order.
 The state is derived from the log alone - every batch header holds what it
 needs - so followers update it as they copy batches, a new leader has it
 already (dedup survives failover), and after a restart or truncation it is
-rebuilt by reading batch headers (never record bodies).
+rebuilt by reading batch headers (never record bodies, but the one record of
+each control batch).
+
+Transactions: a transactional data batch (attribute bit 4) opens its
+producer's transaction if none is open: the batch's first offset becomes the
+transaction's first offset and the producer joins ``ongoing``. A COMMIT or
+ABORT marker (a control batch, written only through WriteTxnMarkers) closes
+it and yields a ``CompletedTxn`` - none for a marker closing nothing (Kafka
+writes no index entry for an empty transaction). Markers are fenced like
+Kafka 2.8's ``ProducerAppendInfo``: an older producer epoch is
+INVALID_PRODUCER_EPOCH, an older coordinator epoch than the producer's last
+marker TRANSACTION_COORDINATOR_FENCED (leader only; followers and rebuilds
+take what the leader wrote).
+
+The last stable offset (Kafka's ``firstUnstableOffset``): the smallest first
+offset among the open transactions and the completed ones whose marker the
+high watermark has not passed yet (a reader must not see a transaction's
+records before its outcome is committed), capped by the high watermark. An
+aborted transaction's index entry carries the LSO at its marker (the first
+offset of the oldest other open transaction, else the marker's offset + 1),
+which bounds the search of the aborted-transaction index (``txn_index``).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from proto.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
-from proto.record_batch import BatchHeader
+from proto.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
+)
+from proto.record_batch import CONTROL_MASK, TRANSACTIONAL_MASK, BatchHeader, TxnMarker
 
 NUM_BATCHES_TO_RETAIN: Final = 5
 INT32_MAX: Final = 0x7FFFFFFF
@@ -35,11 +60,26 @@ class BatchMetadata:
     last_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker closed: offsets ``first_offset`` (its first batch) to ``last_offset``
+    (the marker); ``last_stable_offset``: the LSO right after it (what its index entry records)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+    last_stable_offset: int
+
+
 @dataclass
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     last_timestamp: int = -1  # the max timestamp of its last batch (DescribeProducers)
+    # The first offset of its open transaction (-1: none), and the coordinator epoch of its last marker.
+    current_txn_first_offset: int = -1
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -67,6 +107,8 @@ class ProducerBatch(Protocol):
     def last_offset_delta(self) -> int: ...
     @property
     def max_timestamp(self) -> int: ...
+    @property
+    def attributes(self) -> int: ...
 
 
 def _next_seq(seq: int) -> int:
@@ -76,6 +118,12 @@ def _next_seq(seq: int) -> int:
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        # Open transactions: producer id -> first offset, and a min-heap of (first offset, producer id)
+        # over them with lazy deletion (an entry no longer in ``ongoing`` is skipped when it surfaces).
+        self.ongoing: dict[int, int] = {}
+        self._ongoing_heap: list[tuple[int, int]] = []
+        # Completed transactions whose marker the high watermark may not have passed, in marker order.
+        self._unreplicated: deque[CompletedTxn] = deque()
 
     def check(self, header: ProducerBatch, log_was_trimmed: bool = False) -> BatchMetadata | None:
         """Validate a leader append of ``header`` (offsets not yet assigned).
@@ -117,20 +165,120 @@ class ProducerStateManager:
     def update(self, header: ProducerBatch, base_offset: int, timestamp: int | None = None) -> None:
         """Record an appended batch (leader or follower) whose first offset is ``base_offset``;
         ``timestamp``: its max timestamp as stored, where the log rewrote it (LogAppendTime)."""
-        if header.producer_id < 0 or header.base_sequence < 0:
+        if header.producer_id < 0 or header.base_sequence < 0 or header.attributes & CONTROL_MASK:
             return
-        entry = self.producers.get(header.producer_id)
+        pid = header.producer_id
+        entry = self.producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
+            # A new epoch forgets the sequences, not an open transaction (its marker closes it).
+            old = entry
             entry = ProducerEntry(header.producer_epoch)
-            self.producers[header.producer_id] = entry
+            if old is not None:
+                entry.current_txn_first_offset = old.current_txn_first_offset
+                entry.coordinator_epoch = old.coordinator_epoch
+            self.producers[pid] = entry
         elif header.producer_epoch < entry.epoch:
             return
         entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence, base_offset,
                                            base_offset + header.last_offset_delta))
         entry.last_timestamp = header.max_timestamp if timestamp is None else timestamp
+        if header.attributes & TRANSACTIONAL_MASK and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = base_offset
+            self.ongoing[pid] = base_offset
+            heapq.heappush(self._ongoing_heap, (base_offset, pid))
 
-    def rebuild(self, headers: Iterable[BatchHeader]) -> None:
-        """From the batch headers of the whole log, in offset order."""
+    # ------------------------------------------------------------ transactions
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Validate a marker the leader is about to write (WriteTxnMarkers; Kafka 2.8's
+        ``checkProducerEpoch`` / ``checkCoordinatorEpoch`` for a coordinator append)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id}: marker epoch {producer_epoch} is older than {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"producer {producer_id}: coordinator epoch {coordinator_epoch} is older than "
+                f"{entry.coordinator_epoch}, the epoch of its last marker")
+
+    def update_marker(self, producer_id: int, producer_epoch: int, marker: TxnMarker, offset: int,
+                      timestamp: int) -> CompletedTxn | None:
+        """Record a marker appended at ``offset`` (leader, follower or rebuild); the transaction it
+        completed, None when its producer had none open."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerEntry(producer_epoch)
+        elif producer_epoch > entry.epoch:
+            entry.epoch = producer_epoch
+            entry.batches.clear()
+        completed: CompletedTxn | None = None
+        first = entry.current_txn_first_offset
+        if first >= 0:
+            del self.ongoing[producer_id]
+            completed = CompletedTxn(producer_id, first, offset, not marker.commit,
+                                     self._first_ongoing_offset(offset + 1))
+            self._unreplicated.append(completed)
+            if len(self._ongoing_heap) > 2 * len(self.ongoing) + 64:  # bound the lazily deleted entries
+                self._ongoing_heap = [(f, p) for p, f in self.ongoing.items()]
+                heapq.heapify(self._ongoing_heap)
+        entry.current_txn_first_offset = -1
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.last_timestamp = timestamp
+        return completed
+
+    def _first_ongoing_offset(self, default: int) -> int:
+        heap = self._ongoing_heap
+        while heap and self.ongoing.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else default
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset a read_committed reader may not pass (None: no transaction holds one
+        back): the oldest open transaction's, or a completed one's whose marker is at or above the
+        high watermark (Kafka's ``firstUnstableOffset``)."""
+        self.prune_replicated(high_watermark)
+        first = self._first_ongoing_offset(-1)
+        for txn in self._unreplicated:
+            if first < 0 or txn.first_offset < first:
+                first = txn.first_offset
+        return None if first < 0 else first
+
+    def prune_replicated(self, high_watermark: int) -> None:
+        """Forget the completed transactions whose marker is below ``high_watermark`` (every move of
+        the HW, so a replica nobody reads from keeps none)."""
+        unreplicated = self._unreplicated
+        while unreplicated and unreplicated[0].last_offset < high_watermark:
+            unreplicated.popleft()
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """min(first unstable offset, high watermark) (KIP-98's LSO)."""
+        first = self.first_unstable_offset(high_watermark)
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def apply(self, header: BatchHeader, marker: TxnMarker | None) -> CompletedTxn | None:
+        """One batch read back from the log (rebuild, follower): a data batch, or a control batch
+        with its marker (None for a control record of another type)."""
+        if header.attributes & CONTROL_MASK:
+            if marker is None or header.producer_id < 0:
+                return None
+            return self.update_marker(header.producer_id, header.producer_epoch, marker, header.base_offset,
+                                      header.max_timestamp)
+        self.update(header, header.base_offset)
+        return None
+
+    def rebuild(self, headers: Iterable[BatchHeader | tuple[BatchHeader, TxnMarker | None]]) -> list[CompletedTxn]:
+        """From the batches of the whole log, in offset order: headers, or (header, marker) for the
+        control batches. Returns every transaction completed on the way, in marker order."""
         self.producers.clear()
-        for h in headers:
-            self.update(h, h.base_offset)
+        self.ongoing.clear()
+        self._ongoing_heap.clear()
+        self._unreplicated.clear()
+        completed: list[CompletedTxn] = []
+        for item in headers:
+            header, marker = item if isinstance(item, tuple) else (item, None)
+            txn = self.apply(header, marker)
+            if txn is not None:
+                completed.append(txn)
+        return completed

@@ -10,6 +10,11 @@ plus a scan of batch headers (never record bodies).
 ``recover()`` is the crash path (SPEC S2.4): it re-reads the data file batch
 by batch, checks framing, offsets and CRC, rebuilds both indexes, and cuts
 the file at the first batch that does not check out.
+
+The aborted-transaction index (``.txnindex``, broker/log/txn_index.py) lives
+with the segment holding the markers; it is loaded with the segment, emptied
+by ``recover()`` (the log rebuilds it from the producer state, which replays
+the markers), cut by ``truncate_to`` and fsynced with the data.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Final
 
 from broker.log.config import LogConfig
 from broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from broker.log.txn_index import TXN_INDEX_SUFFIX, CorruptTxnIndexError, TransactionIndex
 from proto.errors import KafkaStorageError
 from proto.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -31,10 +37,12 @@ from proto.record_batch import (
     SPAN_BYTES,
     BatchHeader,
     Record,
+    TxnMarker,
     batch_size_at,
     batch_span,
     crc32c,
     decode_batch,
+    decode_txn_marker,
     read_header,
 )
 
@@ -117,6 +125,9 @@ class LogSegment:
         self.recovered_next_offset = base_offset
         self._created_ms = now_ms
         self._recent: dict[int, int] = {}  # base offset -> position of the last appends (RECENT_BATCHES)
+        self.txn_index = TransactionIndex(directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
+        # The txn index may lack entries (recovered, or unreadable): the log rebuilds it.
+        self.txn_index_stale = False
 
     # ------------------------------------------------------------ loading
 
@@ -135,6 +146,14 @@ class LogSegment:
             # Anything the files say that does not add up is rebuilt from the data (which recover()
             # itself distrusts batch by batch).
             self.recover()
+            return
+        try:
+            self.txn_index.load()
+            if self.txn_index.entries and self.txn_index.entries[-1].last_offset >= self.next_offset:
+                raise CorruptTxnIndexError("entries beyond the segment's data")
+        except CorruptTxnIndexError:
+            self.txn_index.reset()
+            self.txn_index_stale = True
 
     def _rescan_tail(self) -> None:
         """Recompute next_offset / max timestamp from the last index entry to the end."""
@@ -171,6 +190,8 @@ class LogSegment:
         """
         self.index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
+        self.txn_index_stale = True
         self.max_timestamp = -1
         self.offset_of_max_timestamp = self.base_offset
         self.rolling_base_ms = None
@@ -340,6 +361,18 @@ class LogSegment:
             yield header
             pos += header.size
 
+    def iter_batches_with_markers(self) -> Iterator[tuple[BatchHeader, TxnMarker | None]]:
+        """Every batch header, with the end-transaction marker of each control batch (its one record
+        is read; data batches' records never are): what the producer state replays."""
+        pos = 0
+        while pos + HEADER_SIZE <= self.size:
+            header = read_header(os.pread(self._fd, HEADER_SIZE, pos))
+            marker = None
+            if header.is_control:
+                marker = decode_txn_marker(os.pread(self._fd, header.size, pos))
+            yield header, marker
+            pos += header.size
+
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> Record | None:
         """The first record at or after ``start_offset`` with timestamp >= ``timestamp``."""
         # Entries are (max timestamp so far, its offset); all records before an
@@ -369,6 +402,7 @@ class LogSegment:
         removed = self.size - pos
         self.index.truncate_to_position(pos)
         self.time_index.truncate_to(base)
+        self.txn_index.truncate_to(base)
         os.ftruncate(self._fd, pos)
         self.size = pos
         self._recent.clear()
@@ -387,6 +421,7 @@ class LogSegment:
         else:
             self.index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
 
     def dup_fd(self) -> int:
         """A duplicate of the data file's descriptor: valid after this segment is closed or deleted."""
@@ -403,11 +438,13 @@ class LogSegment:
         os.fsync(self._fd)
         self.index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         if not self._file.closed:
             self.index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
             self._file.close()
 
     def abandon(self) -> None:
@@ -418,6 +455,6 @@ class LogSegment:
     def delete(self) -> None:
         if not self._file.closed:
             self._file.close()
-        for path in (self.log_path, self.index.path, self.time_index.path):
+        for path in (self.log_path, self.index.path, self.time_index.path, self.txn_index.path):
             path.unlink(missing_ok=True)
 

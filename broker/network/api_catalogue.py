@@ -185,6 +185,24 @@ def _describe_producers(r: pb.DescribeProducersRequest, c: pb.ErrorCode) -> pb.D
         pb.DescribeProducersPartition(partition=p, error_code=c) for p in t.partitions]) for t in r.topics])
 
 
+def _write_txn_markers(r: pb.WriteTxnMarkersRequest, c: pb.ErrorCode) -> pb.WriteTxnMarkersResponse:
+    return pb.WriteTxnMarkersResponse(markers=[pb.WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
+        pb.WritableTxnMarkerTopicResult(name=t.name, partitions=[
+            pb.WritableTxnMarkerPartitionResult(partition_index=p, error_code=c) for p in t.partition_indexes])
+        for t in m.topics]) for m in r.markers])
+
+
+def _add_partitions_to_txn(r: pb.AddPartitionsToTxnRequest, c: pb.ErrorCode) -> pb.AddPartitionsToTxnResponse:
+    return pb.AddPartitionsToTxnResponse(topics=[pb.AddPartitionsToTxnTopicResult(name=t.name, partitions=[
+        pb.AddPartitionsToTxnPartitionResult(partition=p, error_code=c) for p in t.partitions]) for t in r.topics])
+
+
+def _txn_offset_commit(r: pb.TxnOffsetCommitRequest, c: pb.ErrorCode) -> pb.TxnOffsetCommitResponse:
+    return pb.TxnOffsetCommitResponse(topics=[pb.TxnOffsetCommitTopicResponse(name=t.name, partitions=[
+        pb.TxnOffsetCommitPartitionResponse(partition=p.partition, error_code=c) for p in t.partitions])
+        for t in r.topics])
+
+
 # The catalogue, in the order of minikafka.proto's services.
 APIS: Final[tuple[Api, ...]] = (
     # KafkaApi: clients (and, for FollowerFetch, followers)
@@ -235,6 +253,16 @@ APIS: Final[tuple[Api, ...]] = (
     Api("DescribeLogDirs", pb.DescribeLogDirsRequest, pb.DescribeLogDirsResponse, kafka_key=35),
     Api("DescribeProducers", pb.DescribeProducersRequest, pb.DescribeProducersResponse, _describe_producers,
         kafka_key=61),
+    # Transactions (KIP-98): the transaction coordinator's markers, broker to broker (ClusterAction).
+    Api("WriteTxnMarkers", pb.WriteTxnMarkersRequest, pb.WriteTxnMarkersResponse, _write_txn_markers,
+        kafka_key=27),
+    # The transactional producer's (broker.coordinator.transaction.txn_apis).
+    Api("AddPartitionsToTxn", pb.AddPartitionsToTxnRequest, pb.AddPartitionsToTxnResponse, _add_partitions_to_txn,
+        kafka_key=24),
+    Api("AddOffsetsToTxn", pb.AddOffsetsToTxnRequest, pb.AddOffsetsToTxnResponse, kafka_key=25),
+    Api("EndTxn", pb.EndTxnRequest, pb.EndTxnResponse, kafka_key=26),
+    Api("TxnOffsetCommit", pb.TxnOffsetCommitRequest, pb.TxnOffsetCommitResponse, _txn_offset_commit,
+        kafka_key=28),
     # BrokerControl: the controller's requests to every broker
     Api("LeaderAndIsr", pb.LeaderAndIsrRequest, pb.LeaderAndIsrResponse, service=BROKER_CONTROL,
         control_plane=True, fenced=True, kafka_key=4),

@@ -122,6 +122,14 @@ SUPPORTED: Final[dict[int, tuple[str, int, int]]] = {
     60: ("DescribeCluster", 0, 0),
     35: ("DescribeLogDirs", 1, 4),
     61: ("DescribeProducers", 0, 0),
+    # Transactions (KIP-98): Kafka 2.8 has v0-1; kio has v1 only (Kafka 4.0 dropped v0).
+    27: ("WriteTxnMarkers", 1, 1),
+    # The transactional producer's (Kafka 2.8's versions up to what librdkafka 2.x and kafka-python
+    # use; AddPartitionsToTxn v4+ is KIP-890's broker-to-broker batching).
+    24: ("AddPartitionsToTxn", 0, 3),
+    25: ("AddOffsetsToTxn", 0, 3),
+    26: ("EndTxn", 0, 3),
+    28: ("TxnOffsetCommit", 0, 3),
     # Kafka 2.8's versions (kio has no ACL v0: Kafka 4.0 dropped it; ACL v3 adds USER resources).
     29: ("DescribeAcls", 1, 2),
     30: ("CreateAcls", 1, 2),
@@ -882,7 +890,9 @@ def _fetch_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
 def _fetch_partition_out(p: pb.FetchPartitionResponse) -> dict[str, Any]:
     return {"partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,
             "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
-            "aborted_transactions": (), "preferred_read_replica": -1, "records": p.records}
+            "aborted_transactions": tuple({"producer_id": a.producer_id, "first_offset": a.first_offset}
+                                          for a in p.aborted_transactions),
+            "preferred_read_replica": -1, "records": p.records}
 
 
 def _list_offsets(r: Any, _h: Header) -> Plan:
@@ -1013,7 +1023,8 @@ def _describe_configs_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
     docs = bool(getattr(r, "include_documentation", False))
     return {"results": [{"error_code": x.error_code, "error_message": x.error_message or None,
                          "resource_type": x.resource_type, "resource_name": x.resource_name,
-                         "configs": [{"name": c.name, "value": None if c.is_sensitive else c.value,
+                         "configs": [{"name": c.name,
+                                      "value": None if c.is_sensitive or c.value_null else c.value,
                                       "read_only": c.read_only, "config_source": c.source,
                                       "is_sensitive": c.is_sensitive,
                                       "synonyms": tuple({"name": y.name, "value": None if c.is_sensitive else y.value,
@@ -1061,9 +1072,71 @@ def _init_producer_id(r: Any, _h: Header) -> Plan:
         producer_id=getattr(r, "producer_id", -1), producer_epoch=getattr(r, "producer_epoch", -1)))]
 
 
-def _init_producer_id_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+def _init_producer_id_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
     resp: pb.InitProducerIdResponse = a[0]
-    return {"error_code": resp.error_code, "producer_id": resp.producer_id, "producer_epoch": resp.producer_epoch}
+    return {"error_code": _fenced_as(r, 4, resp.error_code), "producer_id": resp.producer_id,
+            "producer_epoch": resp.producer_epoch}
+
+
+# ------------------------------------------------------------------ transactions (KIP-98)
+
+_PRODUCER_FENCED: Final = 90
+_INVALID_PRODUCER_EPOCH: Final = 47
+
+
+def _fenced_as(r: Any, since: int, code: int) -> int:
+    """Kafka 2.8 (KIP-588): PRODUCER_FENCED only from the version that introduced it; older
+    clients get INVALID_PRODUCER_EPOCH, which they handle the same way."""
+    return _INVALID_PRODUCER_EPOCH if code == _PRODUCER_FENCED and r.__version__ < since else code
+
+
+def _add_partitions_to_txn(r: Any, _h: Header) -> Plan:
+    return [("AddPartitionsToTxn", pb.AddPartitionsToTxnRequest(
+        transactional_id=r.v3_and_below_transactional_id, producer_id=r.v3_and_below_producer_id,
+        producer_epoch=r.v3_and_below_producer_epoch, topics=[
+            pb.AddPartitionsToTxnTopic(name=t.name, partitions=list(t.partitions)) for t in r.v3_and_below_topics]))]
+
+
+def _add_partitions_to_txn_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.AddPartitionsToTxnResponse = a[0]
+    return {"results_by_topic_v3_and_below": [{"name": t.name, "results_by_partition": [
+        {"partition_index": p.partition, "partition_error_code": _fenced_as(r, 2, p.error_code)}
+        for p in t.partitions]} for t in resp.topics]}
+
+
+def _add_offsets_to_txn(r: Any, _h: Header) -> Plan:
+    return [("AddOffsetsToTxn", pb.AddOffsetsToTxnRequest(
+        transactional_id=r.transactional_id, producer_id=r.producer_id, producer_epoch=r.producer_epoch,
+        group_id=r.group_id))]
+
+
+def _end_txn(r: Any, _h: Header) -> Plan:
+    return [("EndTxn", pb.EndTxnRequest(transactional_id=r.transactional_id, producer_id=r.producer_id,
+                                        producer_epoch=r.producer_epoch, committed=r.committed))]
+
+
+def _txn_error_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    """AddOffsetsToTxn and EndTxn: one error code (PRODUCER_FENCED from v2)."""
+    return {"error_code": _fenced_as(r, 2, a[0].error_code)}
+
+
+def _txn_offset_commit(r: Any, _h: Header) -> Plan:
+    return [("TxnOffsetCommit", pb.TxnOffsetCommitRequest(
+        transactional_id=r.transactional_id, group_id=r.group_id, producer_id=r.producer_id,
+        producer_epoch=r.producer_epoch, generation_id=getattr(r, "generation_id", -1),
+        member_id=getattr(r, "member_id", ""), group_instance_id=_instance_id(r), topics=[
+            pb.TxnOffsetCommitTopic(name=t.name, partitions=[
+                pb.TxnOffsetCommitPartition(partition=p.partition_index, offset=p.committed_offset,
+                                            metadata=_s(p.committed_metadata),
+                                            leader_epoch=getattr(p, "committed_leader_epoch", -1))
+                for p in t.partitions]) for t in r.topics]))]
+
+
+def _txn_offset_commit_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.TxnOffsetCommitResponse = a[0]
+    return {"topics": [{"name": t.name, "partitions": [
+        {"partition_index": p.partition, "error_code": _fenced_as(r, 3, p.error_code)} for p in t.partitions]}
+        for t in resp.topics]}
 
 
 # ------------------------------------------------------------------ group APIs
@@ -1170,7 +1243,8 @@ def _offset_commit_out(r: Any, a: Sequence[Any]) -> dict[str, Any]:
 def _offset_fetch(r: Any, _h: Header) -> Plan:
     topics = r.topics
     # null (v2+): every committed offset of the group, as the handler's empty list means.
-    return [("OffsetFetch", pb.OffsetFetchRequest(group_id=r.group_id, topics=[] if topics is None else [
+    return [("OffsetFetch", pb.OffsetFetchRequest(group_id=r.group_id, require_stable=bool(getattr(
+        r, "require_stable", False)), topics=[] if topics is None else [
         pb.OffsetFetchTopic(name=t.name, partitions=list(t.partition_indexes)) for t in topics]))]
 
 
@@ -1463,9 +1537,25 @@ def _describe_producers_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
                               for x in p.active_producers]} for p in t.partitions]} for t in resp.topics]}
 
 
+def _write_txn_markers(r: Any, _h: Header) -> Plan:
+    return [("WriteTxnMarkers", pb.WriteTxnMarkersRequest(markers=[pb.WritableTxnMarker(
+        producer_id=m.producer_id, producer_epoch=m.producer_epoch, transaction_result=m.transaction_result,
+        coordinator_epoch=m.coordinator_epoch, topics=[
+            pb.WritableTxnMarkerTopic(name=t.name, partition_indexes=list(t.partition_indexes)) for t in m.topics])
+        for m in r.markers]))]
+
+
+def _write_txn_markers_out(_r: Any, a: Sequence[Any]) -> dict[str, Any]:
+    resp: pb.WriteTxnMarkersResponse = a[0]
+    return {"markers": [{"producer_id": m.producer_id, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": p.error_code}
+                                        for p in t.partitions]} for t in m.topics]} for m in resp.markers]}
+
+
 _TO_PB: Final[dict[int, Callable[[Any, Header], Plan]]] = {
     21: _delete_records, 37: _create_partitions,
-    60: _describe_cluster, 35: _describe_log_dirs, 61: _describe_producers,
+    60: _describe_cluster, 35: _describe_log_dirs, 61: _describe_producers, 27: _write_txn_markers,
+    24: _add_partitions_to_txn, 25: _add_offsets_to_txn, 26: _end_txn, 28: _txn_offset_commit,
     0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 8: _offset_commit, 9: _offset_fetch,
     10: _find_coordinator, 11: _join_group, 12: _heartbeat, 13: _leave_group, 14: _sync_group,
     15: _describe_groups, 16: _list_groups, 19: _create_topics, 20: _delete_topics, 22: _init_producer_id,
@@ -1477,6 +1567,8 @@ _TO_PB: Final[dict[int, Callable[[Any, Header], Plan]]] = {
 _FROM_PB: Final[dict[int, Callable[[Any, Sequence[Any]], dict[str, Any]]]] = {
     21: _delete_records_out, 37: _create_partitions_out,
     60: _describe_cluster_out, 35: _describe_log_dirs_out, 61: _describe_producers_out,
+    27: _write_txn_markers_out,
+    24: _add_partitions_to_txn_out, 25: _txn_error_out, 26: _txn_error_out, 28: _txn_offset_commit_out,
     0: _produce_out, 1: _fetch_out, 2: _list_offsets_out, 3: _metadata_out, 8: _offset_commit_out,
     9: _offset_fetch_out, 10: _find_coordinator_out, 11: _join_group_out, 12: _error_only_out,
     13: _leave_group_out, 14: _sync_group_out, 15: _describe_groups_out, 16: _list_groups_out,

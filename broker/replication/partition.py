@@ -247,6 +247,26 @@ class Partition:
         moved = state.on_local_append(self._log.log_end_offset, now_ms, lag_max_ms)
         return LeaderAppendResult(info, self._sync_leader_high_watermark(moved))
 
+    def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                          now_ms: int, lag_max_ms: int) -> LeaderAppendResult:
+        """A COMMIT/ABORT marker from the transaction coordinator (WriteTxnMarkers; acks=all, so
+        refused when the ISR is below min.insync.replicas, as a produce). Fencing: the log's
+        producer state (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED)."""
+        state = self._require_leader()
+        min_isr = self._log.config.min_insync_replicas
+        if len(state.isr) < min_isr:
+            raise errors.NotEnoughReplicasError(
+                f"{self.topic}-{self.partition}: ISR {list(state.isr)} is smaller than "
+                f"min.insync.replicas={min_isr}")
+        info = self._log.append_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                                           self._leader_epoch, now_ms)
+        moved = state.on_local_append(self._log.log_end_offset, now_ms, lag_max_ms)
+        return LeaderAppendResult(info, self._sync_leader_high_watermark(moved))
+
+    def last_stable_offset(self) -> int:
+        """KIP-98's LSO of this replica's log (read_committed fetches and ListOffsets)."""
+        return self._log.last_stable_offset()
+
     def delayed_produce_outcome(self, required_offset: int, timed_out: bool) -> str:
         """What a parked acks=all produce ending at ``required_offset`` answers now (S5.1, S5.2)."""
         return delayed_produce_outcome(self._leader_state, self._log.high_watermark, required_offset,

@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from broker.log.config import LogConfig
+from broker.log.log import Log
 from broker.log.manager import LogManager
 from broker.network.request_guard import ByteBudget, error_message, judge_partitions
 from broker.replication.control import (
@@ -41,6 +42,7 @@ from broker.server.observability import event
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.names import MAX_PARTITION, TopicPartition, topic_name_error
+from proto.record_batch import SPAN_BYTES, batch_span
 from zk.client import KafkaZkClient
 from zk.data import NO_LEADER, TopicPartitionId
 
@@ -464,7 +466,7 @@ class ReplicaManager:
         min_bytes = max(1, req.min_bytes)
         max_wait_ms = min(max(0, req.max_wait_ms), self.settings.max_wait_ms)
         if session is not None and kind == INCREMENTAL:
-            return await self._incremental_fetch(req, session, follower, entries, verdicts, max_wait_ms)
+            return await self._incremental_fetch(req, session, follower, entries, verdicts, max_wait_ms, min_bytes)
 
         resp, nbytes, has_error = self._read_fetch(req, follower, verdicts)
         if nbytes >= min_bytes or has_error or max_wait_ms == 0:
@@ -533,21 +535,28 @@ class ReplicaManager:
 
     async def _incremental_fetch(self, req: pb.FetchRequest, session: FetchSession, follower: bool,
                                  entries: list[tuple[str, int]], verdicts: list[pb.ErrorCode],
-                                 max_wait_ms: int) -> pb.FetchResponse:
-        """Read only the session's dirty partitions; park, if none can answer, until one of its own
-        partitions moves (no walk over every partition it holds, on either path)."""
+                                 max_wait_ms: int, min_bytes: int = 1) -> pb.FetchResponse:
+        """Read only the session's dirty partitions; park, if they cannot answer (no records, or fewer
+        than ``min_bytes`` together), until one of its own partitions moves (no walk over every
+        partition it holds, on either path)."""
         candidates = session.take_dirty()
         refused = any(v != E.NONE for v in verdicts)
-        if max_wait_ms > 0 and not refused and not any(self._session_ready(session, tp, follower)
-                                                       for tp in candidates):
+        if max_wait_ms > 0 and not refused and not self._session_can_answer(session, candidates, follower,
+                                                                           min_bytes):
             # A moved HW alone does not answer a follower (as without a session): it travels
             # with the next records. Put everything back and wait for a mark that can answer.
             session.dirty.update(candidates)
             session.fresh.clear()
 
             def ready() -> bool:
-                return session.closed or any(self._session_ready(session, tp, follower)
-                                             for tp in session.take_fresh())
+                if session.closed:
+                    return True
+                fresh = session.take_fresh()
+                if min_bytes <= 1:
+                    return any(self._session_ready(session, tp, follower) for tp in fresh)
+                # fetch.min.bytes: the bytes of every partition that may have some (the dirty ones,
+                # which hold the fresh ones), summed again only when one of them moved.
+                return bool(fresh) and self._session_can_answer(session, session.dirty, follower, min_bytes)
 
             await self.fetch_purgatory.wait_until([("fetch-session", session.session_id)], ready,
                                                   max_wait_ms / 1000.0)
@@ -558,6 +567,35 @@ class ReplicaManager:
             self._answer_refused(resp, entries, verdicts)
         self.bytes_out += nbytes
         return resp
+
+    def _session_can_answer(self, session: FetchSession, tps: Iterable[TopicPartition], follower: bool,
+                            min_bytes: int) -> bool:
+        """May a session's fetch answer now: an error to report, or records - at least ``min_bytes``
+        of them across ``tps`` (Kafka's DelayedFetch: fetch.min.bytes holds a session's fetch too)?
+        Reads no more than ``min_bytes`` in all beyond one batch per partition."""
+        if min_bytes <= 1:
+            return any(self._session_ready(session, tp, follower) for tp in tps)
+        need = min_bytes
+        for tp in tps:
+            if not self._session_ready(session, tp, follower):
+                continue
+            cp = session.partitions[tp]
+            p = self.partitions.get(tp)
+            if p is None or not p.is_leader or cp.max_bytes < 0 or \
+                    (cp.current_leader_epoch >= 0 and cp.current_leader_epoch != p.leader_epoch):
+                return True  # an error to report
+            lg = p.log
+            bound = lg.log_end_offset if follower else lg.high_watermark
+            if not lg.log_start_offset <= cp.fetch_offset < bound or \
+                    (follower and cp.log_start_offset < lg.log_start_offset != cp.answered_log_start_offset):
+                return True  # out of range, or a moved log start to report: _session_ready said so
+            try:
+                need -= len(lg.read(cp.fetch_offset, min(cp.max_bytes or need, need), bound))
+            except (errors.KafkaError, OSError):
+                return True  # answered with its error
+            if need <= 0:
+                return True
+        return False
 
     def _session_ready(self, session: FetchSession, tp: TopicPartition, follower: bool) -> bool:
         """Can ``tp`` answer now: records beyond the cached fetch offset, or an error to report?"""
@@ -594,8 +632,9 @@ class ReplicaManager:
                 continue
             code = E.NONE
             data = b""
-            hw = lso = leo = -1
+            hw = lso = leo = stable = -1
             leader_epoch = -1
+            committed = False
             try:
                 if cp.max_bytes < 0:
                     raise errors.InvalidFetchSizeError(f"partition_max_bytes {cp.max_bytes} < 0")
@@ -606,9 +645,12 @@ class ReplicaManager:
                     p.check_leader_epoch(cp.current_leader_epoch)
                 lg = p.log
                 leader_epoch, hw, lso, leo = p.leader_epoch, lg.high_watermark, lg.log_start_offset, lg.log_end_offset
+                committed = not follower and req.isolation_level == pb.READ_COMMITTED
+                stable = lg.last_stable_offset() if committed else lg.last_stable_offset_if_known()
                 limit = min(cp.max_bytes or budget, budget)
                 if limit > 0:
-                    data = lg.read(cp.fetch_offset, limit, leo if follower else hw, min_one_batch=total == 0)
+                    data = lg.read(cp.fetch_offset, limit, leo if follower else (stable if committed else hw),
+                                   min_one_batch=total == 0)
             except errors.KafkaError as e:
                 code = e.wire_code
             except OSError as e:
@@ -620,8 +662,11 @@ class ReplicaManager:
             tr = by_topic.get(tp[0])
             if tr is None:
                 tr = by_topic[tp[0]] = resp.topics.add(name=tp[0])
-            tr.partitions.add(partition=tp[1], error_code=code, high_watermark=hw, last_stable_offset=hw,
-                              log_start_offset=lso, log_end_offset=leo, records=data, leader_epoch=leader_epoch)
+            pr = tr.partitions.add(partition=tp[1], error_code=code, high_watermark=hw,
+                                   last_stable_offset=hw if code != E.NONE else stable, log_start_offset=lso,
+                                   log_end_offset=leo, records=data, leader_epoch=leader_epoch)
+            if committed and data:
+                _add_aborted_transactions(pr, lg, cp.fetch_offset, data)
             total += len(data)
             budget -= len(data)
         return resp, total, leftover
@@ -667,7 +712,8 @@ class ReplicaManager:
                 if epoch >= 0 and epoch != p.leader_epoch:
                     return True
                 lg = p.log
-                bound = lg.log_end_offset if follower else lg.high_watermark
+                bound = lg.log_end_offset if follower else (
+                    lg.last_stable_offset() if req.isolation_level == pb.READ_COMMITTED else lg.high_watermark)
                 if fp.fetch_offset < lg.log_start_offset or fp.fetch_offset > lg.log_end_offset \
                         or fp.fetch_offset < bound:
                     return True
@@ -729,18 +775,22 @@ class ReplicaManager:
                     else:
                         p.check_leader_epoch(_epoch_of(fp))
                     lg = p.log
+                    committed = not follower and req.isolation_level == pb.READ_COMMITTED
                     pr.leader_epoch = p.leader_epoch
                     pr.high_watermark = lg.high_watermark
-                    pr.last_stable_offset = lg.high_watermark
+                    pr.last_stable_offset = lg.last_stable_offset() if committed else lg.last_stable_offset_if_known()
                     pr.log_start_offset = lg.log_start_offset
                     pr.log_end_offset = lg.log_end_offset
-                    max_offset = lg.log_end_offset if follower else lg.high_watermark
+                    max_offset = lg.log_end_offset if follower else (
+                        pr.last_stable_offset if committed else lg.high_watermark)
                     limit = min(fp.partition_max_bytes or budget, budget)
                     if limit <= 0:
                         continue
                     # At least one batch for the first partition with data, so a consumer always
                     # makes progress even past a batch larger than its limits (Kafka's KIP-74).
                     data = lg.read(fp.fetch_offset, limit, max_offset, min_one_batch=total == 0)
+                    if committed and data:
+                        _add_aborted_transactions(pr, lg, fp.fetch_offset, data)
                 except errors.KafkaError as e:
                     pr.error_code = e.wire_code
                     has_error = True
@@ -816,7 +866,8 @@ class ReplicaManager:
                     p = self._leader_partition(td.name, lp.partition)
                     p.check_leader_epoch(_epoch_of(lp))
                     lg = p.log
-                    bound = lg.log_end_offset if as_replica else lg.high_watermark
+                    bound = lg.log_end_offset if as_replica else (
+                        lg.last_stable_offset() if req.isolation_level == pb.READ_COMMITTED else lg.high_watermark)
                     pr.leader_epoch = p.leader_epoch
                     if lp.timestamp == -2:
                         pr.offset = lg.log_start_offset
@@ -854,6 +905,64 @@ class ReplicaManager:
                     pr.leader_epoch, pr.end_offset = epoch, end
                 except errors.KafkaError as e:
                     pr.error_code = e.wire_code
+        return resp
+
+    # ------------------------------------------------------------ transactions (KIP-98)
+
+    async def handle_write_txn_markers(self, req: pb.WriteTxnMarkersRequest,
+                                       ctx: RequestContext = LOCAL_CLIENT) -> pb.WriteTxnMarkersResponse:
+        """WriteTxnMarkers on the partitions' leader (Kafka's handleWriteTxnMarkersRequest): the
+        transaction coordinator - a broker, ClusterAction on the cluster - asks for a COMMIT/ABORT
+        marker per producer and partition. Each is appended with acks=all semantics and answered
+        per partition when the high watermark passed it (or with the error: NOT_LEADER_OR_FOLLOWER,
+        UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED,
+        NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT after request.timeout.ms)."""
+        if not self.allowed(ctx, "ClusterAction", CLUSTER, CLUSTER_NAME):
+            raise errors.ClusterAuthorizationFailedError(f"{ctx.principal} may not write transaction markers")
+        resp = pb.WriteTxnMarkersResponse()
+        # Partitions are judged per marker: markers of different producers name the same partitions.
+        limit = 1 << 31 if ctx.inter_broker else self.settings.max_request_partitions
+        too_many = sum(len(t.partition_indexes) for m in req.markers for t in m.topics) > limit
+        verdicts = iter([v for m in req.markers for v in judge_partitions(
+            [(t.name, p) for t in m.topics for p in t.partition_indexes], -1 if too_many else limit)])
+        pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]] = []
+        answers: list[tuple[pb.ProducePartitionResponse, pb.WritableTxnMarkerPartitionResult]] = []
+        for m in req.markers:
+            mr = resp.markers.add(producer_id=m.producer_id)
+            for t in m.topics:
+                tr = mr.topics.add(name=t.name)
+                for index in t.partition_indexes:
+                    pr = tr.partitions.add(partition_index=index)
+                    verdict = next(verdicts)
+                    if verdict != E.NONE:
+                        pr.error_code = verdict
+                        continue
+                    if m.producer_id < 0 or not 0 <= m.producer_epoch <= 0x7FFF or m.coordinator_epoch < 0:
+                        pr.error_code = E.INVALID_REQUEST
+                        continue
+                    try:
+                        p = self._leader_partition(t.name, index)
+                        result = p.append_txn_marker(m.producer_id, m.producer_epoch, m.transaction_result,
+                                                     m.coordinator_epoch, now_ms(),
+                                                     self.settings.replica_lag_time_max_ms)
+                    except errors.KafkaError as e:
+                        pr.error_code = e.wire_code
+                        continue
+                    except OSError as e:
+                        log.error("%s-%d: marker append failed: %s", t.name, index, e)
+                        pr.error_code = E.KAFKA_STORAGE_ERROR
+                        continue
+                    if result.high_watermark_moved:
+                        self._on_high_watermark_moved(p)
+                    else:
+                        self._wake_fetches(p.tp)
+                    wait = pb.ProducePartitionResponse(partition=index)
+                    pending.append((p, wait, result.info.last_offset + 1, p.leader_epoch))
+                    answers.append((wait, pr))
+        if pending:
+            await self._await_acks(pending, self.settings.max_wait_ms)  # request.timeout.ms
+            for wait, pr in answers:
+                pr.error_code = wait.error_code
         return resp
 
     # ------------------------------------------------------------ followers' side
@@ -1034,6 +1143,18 @@ async def _refused_fetch(req: pb.FetchRequest, slice_size: int = FETCH_ANSWER_SL
                 todo = slice_size
                 await asyncio.sleep(0)
     return resp
+
+
+def _add_aborted_transactions(pr: pb.FetchPartitionResponse, lg: Log, fetch_offset: int, data: bytes) -> None:
+    """A read_committed answer's aborted transactions (KIP-98): those overlapping the offsets of
+    the batches in ``data`` (Kafka's ``addAbortedTransactions``, bounded by what was read)."""
+    pos = end = 0
+    while pos + SPAN_BYTES <= len(data):
+        base, size, last_delta = batch_span(data, pos)
+        end = base + last_delta + 1
+        pos += size
+    for txn in lg.collect_aborted_transactions(fetch_offset, end):
+        pr.aborted_transactions.add(producer_id=txn.producer_id, first_offset=txn.first_offset)
 
 
 def _epoch_of(part: pb.FetchPartition | pb.ListOffsetsPartition | pb.OffsetForLeaderPartition) -> int:

@@ -29,7 +29,8 @@ from broker.security.principal import Principal
 TOPIC: Final = "Topic"
 GROUP: Final = "Group"
 CLUSTER: Final = "Cluster"
-RESOURCE_TYPES: Final = (TOPIC, GROUP, CLUSTER)
+TRANSACTIONAL_ID: Final = "TransactionalId"  # KIP-98: Write (use the id), Describe (find its coordinator)
+RESOURCE_TYPES: Final = (TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID)
 CLUSTER_NAME: Final = "kafka-cluster"
 WILDCARD: Final = "*"
 

@@ -37,6 +37,7 @@ from broker.security.authorizer import (
     CLUSTER_NAME,
     GROUP,
     TOPIC,
+    TRANSACTIONAL_ID,
     WILDCARD,
     Acl,
     AclAuthorizer,
@@ -44,6 +45,11 @@ from broker.security.authorizer import (
 )
 from broker.security.gatekeeper import Gatekeeper
 from broker.security.principal import LOCAL_CLIENT, RequestContext
+from broker.server.broker_config_describe import (  # noqa: F401 - DescribeConfigs of brokers, re-exported
+    SENSITIVE_BROKER_CONFIGS,
+    broker_config_entries,
+    is_sensitive_broker_config,
+)
 from broker.server.config import CONFIG_DEFS, BrokerConfig
 from broker.server.metadata_cache import MetadataCache, PartitionInfo
 from controller.assignment import assign_replicas, plan_added_partitions, validate_manual_assignment
@@ -382,13 +388,19 @@ class AdminManager:
         if req.transactional_id:
             return pb.InitProducerIdResponse(error_code=pb.ErrorCode.UNSUPPORTED_VERSION, producer_id=-1,
                                              producer_epoch=-1)
+        pid = await self.next_producer_id()
+        return pb.InitProducerIdResponse(error_code=pb.ErrorCode.NONE, producer_id=pid, producer_epoch=0)
+
+    async def next_producer_id(self) -> int:
+        """The next id of this broker's block (a new block from ZooKeeper when it is used up): for
+        idempotent producers and the transaction coordinator's new transactional ids."""
         async with self._pid_lock:
             if self._pid_block is None or self._next_pid > self._pid_block[1]:
                 self._pid_block = await asyncio.to_thread(self.zk.allocate_producer_id_block, self.config.broker_id)
                 self._next_pid = self._pid_block[0]
             pid = self._next_pid
             self._next_pid += 1
-        return pb.InitProducerIdResponse(error_code=pb.ErrorCode.NONE, producer_id=pid, producer_epoch=0)
+        return pid
 
 
     # ------------------------------------------------------------ elections and reassignments (S9.6)
@@ -530,7 +542,8 @@ class AdminManager:
 
     def _acl_resource(self, resource_type: int, name: str) -> Resource:
         kind = {pb.AclResourceType.TOPIC_RESOURCE: TOPIC, pb.AclResourceType.GROUP_RESOURCE: GROUP,
-                pb.AclResourceType.CLUSTER_RESOURCE: CLUSTER}.get(resource_type)  # type: ignore[call-overload]
+                pb.AclResourceType.CLUSTER_RESOURCE: CLUSTER,
+                pb.AclResourceType.TRANSACTIONAL_ID_RESOURCE: TRANSACTIONAL_ID}.get(resource_type)  # type: ignore[call-overload]
         if kind is None:
             raise errors.InvalidRequestError(f"unknown ACL resource type {resource_type}")
         if kind == CLUSTER and name != CLUSTER_NAME:
@@ -539,12 +552,16 @@ class AdminManager:
             validate_topic_name(name)
         if kind == GROUP and name != WILDCARD:
             validate_group_id(name)
+        if kind == TRANSACTIONAL_ID and (not name or len(name) > 249 or "/" in name or name in (".", "..")):
+            # It names a znode (/kafka-acl/TransactionalId/[id]): bounded as a topic name is.
+            raise errors.InvalidRequestError(f"transactional id {name[:100]!r}: 1-249 characters, no '/'")
         return Resource(kind, name)
 
     @staticmethod
     def _binding(resource: Resource, acl: Acl) -> pb.AclBinding:
         rtype = {TOPIC: pb.AclResourceType.TOPIC_RESOURCE, GROUP: pb.AclResourceType.GROUP_RESOURCE,
-                 CLUSTER: pb.AclResourceType.CLUSTER_RESOURCE}[resource.resource_type]
+                 CLUSTER: pb.AclResourceType.CLUSTER_RESOURCE,
+                 TRANSACTIONAL_ID: pb.AclResourceType.TRANSACTIONAL_ID_RESOURCE}[resource.resource_type]
         return pb.AclBinding(resource_type=rtype, resource_name=resource.name, principal=acl.principal,
                              host=acl.host, operation=acl.operation, permission_type=acl.permission_type)
 
@@ -698,46 +715,6 @@ class AdminManager:
             resp.results.add(user=name, error_code=E.NONE, mechanism=MECHANISM,
                              iterations=int(iterations) if iterations.isdigit() else 0)
         return resp
-
-
-# Shown as null (is_sensitive) by DescribeConfigs: where the broker keeps its data, secrets and keys,
-# and how to reach ZooKeeper (whose writes only brokers should make, S12.4).
-SENSITIVE_BROKER_CONFIGS: Final = frozenset({
-    "zookeeper.connect", "log.dirs", "log.dir", "ssl.keystore.location", "ssl.truststore.location",
-    "zookeeper.digest.auth.file", "super.users",
-})
-
-
-def is_sensitive_broker_config(name: str) -> bool:
-    """Shown as null: passwords, keystore passwords, SASL/SCRAM secrets (any name with 'password' or
-    'secret' in it, Kafka's PASSWORD-typed configs), and SENSITIVE_BROKER_CONFIGS."""
-    low = name.lower()
-    return name in SENSITIVE_BROKER_CONFIGS or "password" in low or "secret" in low
-
-
-def broker_config_entries(cfg: BrokerConfig, resource_name: str, keys: Sequence[str] = ()) -> list[pb.ConfigEntry]:
-    """DescribeConfigs of a BROKER resource (Kafka's ConfigHelper): ``resource_name`` this broker's id
-    gives every broker config, read-only (none is dynamic here), STATIC_BROKER_CONFIG where the
-    broker's config file or command line set it, else DEFAULT_CONFIG, sensitive ones without their
-    value; the empty name (the cluster-wide default) gives the dynamic default configs: none here.
-    ``keys``: only these (empty: all)."""
-    if not resource_name:
-        return []
-    out = []
-    for name, d in sorted(CONFIG_DEFS.items()):
-        if keys and name not in keys:
-            continue
-        v = getattr(cfg, d.attr)
-        static = name in cfg.static_keys
-        source = pb.ConfigSource.STATIC_BROKER_CONFIG if static else pb.ConfigSource.DEFAULT_CONFIG
-        if is_sensitive_broker_config(name):
-            # Kafka shows sensitive configs as null: the entry, never the value.
-            out.append(pb.ConfigEntry(name=name, read_only=True, is_default=not static, is_sensitive=True,
-                                      source=source))
-            continue
-        value = str(v).lower() if isinstance(v, bool) else str(v)
-        out.append(pb.ConfigEntry(name=name, value=value, read_only=True, is_default=not static, source=source))
-    return out
 
 
 # ------------------------------------------------------------ issue 34: topic configs as Kafka shows them

@@ -32,6 +32,7 @@ from broker.log.config import (
     LogConfig,
     normalize_cleanup_policy,
 )
+from broker.server.broker_config_defs import BrokerConfigValueError, check_broker_config
 from proto.properties import PropertiesError, parse_properties
 
 
@@ -115,6 +116,7 @@ CONFIG_DEFS: dict[str, _Def] = {
     "log.retention.hours": _Def("log_retention_hours", int, lambda v: v >= -1),
     "log.retention.bytes": _Def("log_retention_bytes", int, lambda v: v >= -1, ">= -1"),
     "log.retention.check.interval.ms": _Def("log_retention_check_interval_ms", int, _pos),
+    "log.segment.delete.delay.ms": _Def("log_segment_delete_delay_ms", int, _nonneg, ">= 0"),
     "log.cleanup.policy": _Def("log_cleanup_policy", _cleanup_policy),
     "log.cleaner.enable": _Def("log_cleaner_enable", _bool),
     "log.cleaner.threads": _Def("log_cleaner_threads", int, _nonneg, ">= 0"),
@@ -162,6 +164,11 @@ CONFIG_DEFS: dict[str, _Def] = {
                              "one of " + ", ".join(COMPRESSION_TYPES)),
     "offsets.retention.minutes": _Def("offsets_retention_minutes", int, _pos, ">= 1"),
     "offsets.retention.check.interval.ms": _Def("offsets_retention_check_interval_ms", int, _pos, ">= 1"),
+    # Issue 31 (transactions): the transaction coordinator's bounds and timers.
+    "transaction.max.timeout.ms": _Def("transaction_max_timeout_ms", int, _pos, ">= 1"),
+    "transactional.id.expiration.ms": _Def("transactional_id_expiration_ms", int, _pos, ">= 1"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": _Def(
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms", int, _pos, ">= 1"),
     "fetch.purgatory.max.requests": _Def("fetch_purgatory_max_requests", int, _nonneg, ">= 0"),
     "min.segment.bytes": _Def("min_segment_bytes", int, lambda v: v >= 14, ">= 14"),
     "min.segment.ms": _Def("min_segment_ms", int, _pos, ">= 1"),
@@ -239,6 +246,7 @@ class BrokerConfig:
     log_retention_hours: int = 168
     log_retention_bytes: int = -1
     log_retention_check_interval_ms: int = 300000
+    log_segment_delete_delay_ms: int = 60000
     log_cleanup_policy: str = "delete"
     log_cleaner_enable: bool = True
     log_cleaner_threads: int = 1
@@ -279,6 +287,9 @@ class BrokerConfig:
     compression_type: str = "producer"
     offsets_retention_minutes: int = 10080
     offsets_retention_check_interval_ms: int = 600000
+    transaction_max_timeout_ms: int = 900000
+    transactional_id_expiration_ms: int = 604800000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
     # Floors on segment.bytes / segment.ms that any client may set (each segment is open files).
     min_segment_bytes: int = 1048576
     min_segment_ms: int = 60000
@@ -304,6 +315,9 @@ class BrokerConfig:
     # The config names given in the file or on the command line (DescribeConfigs: STATIC_BROKER_CONFIG;
     # the others are DEFAULT_CONFIG).
     static_keys: frozenset[str] = frozenset()
+    # Kafka configs given but not read here (accepted-and-ignored in broker_config_defs, or refused
+    # ones at Kafka's default), as Kafka would describe their values: DescribeConfigs shows them.
+    ignored_configs: tuple[tuple[str, str], ...] = ()
 
     # ------------------------------------------------------------ derived values
 
@@ -399,6 +413,7 @@ class BrokerConfig:
             segment_bytes=self.log_segment_bytes,
             segment_ms=roll_ms,
             segment_index_bytes=self.log_index_size_max_bytes,
+            file_delete_delay_ms=self.log_segment_delete_delay_ms,
             index_interval_bytes=self.log_index_interval_bytes,
             retention_ms=retention_ms,
             retention_bytes=self.log_retention_bytes,
@@ -487,11 +502,20 @@ def parse_listener(value: str) -> tuple[str, int]:
 
 
 def build_config(props: Mapping[str, str]) -> BrokerConfig:
+    """Every key checked against the broker config table (broker_config_defs: unknown and refused
+    names, Kafka's types and ranges), then a supported one read into its field with this broker's
+    own checks (CONFIG_DEFS, at times narrower than Kafka's); an accepted-and-ignored one is kept."""
     values: dict[str, Any] = {}
+    ignored: list[tuple[str, str]] = []
     for key, raw in props.items():
+        try:
+            described = check_broker_config(key, raw)
+        except BrokerConfigValueError as e:
+            raise ConfigError(str(e)) from None
         d = CONFIG_DEFS.get(key)
         if d is None:
-            raise ConfigError(f"unknown broker config {key!r}")
+            ignored.append((key, described))
+            continue
         try:
             v = d.parse(raw)
         except ValueError:
@@ -499,7 +523,7 @@ def build_config(props: Mapping[str, str]) -> BrokerConfig:
         if not d.check(v):
             raise ConfigError(f"invalid value {raw!r} for {key}: must be {d.rule or 'valid'}")
         values[d.attr] = v
-    cfg = BrokerConfig(**values, static_keys=frozenset(props))
+    cfg = BrokerConfig(**values, static_keys=frozenset(props), ignored_configs=tuple(sorted(ignored)))
     if "broker.id" not in props:
         raise ConfigError("broker.id is required")
     if not cfg.zookeeper_connect:

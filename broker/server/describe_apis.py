@@ -138,6 +138,7 @@ class DescribeApis:
                 continue
             for pid, entry in sorted(p.log.producer_state.producers.items()):
                 out.active_producers.add(producer_id=pid, producer_epoch=entry.epoch, last_sequence=entry.last_seq,
-                                         last_timestamp=entry.last_timestamp, coordinator_epoch=-1,
-                                         current_txn_start_offset=-1)
+                                         last_timestamp=entry.last_timestamp,
+                                         coordinator_epoch=entry.coordinator_epoch,
+                                         current_txn_start_offset=entry.current_txn_first_offset)
         return resp

@@ -50,6 +50,7 @@ from zk.client import KafkaZkClient, is_zookeeper_unavailable
 
 if TYPE_CHECKING:
     from broker.coordinator.group.group_apis import GroupApis
+    from broker.coordinator.transaction.txn_apis import TxnApis
     from broker.replication.replica_manager import ReplicaManager
     from broker.server.admin import AdminManager
     from broker.server.describe_apis import DescribeApis
@@ -76,7 +77,7 @@ class ControlPlane:
 class KafkaApis:
     def __init__(self, rm: ReplicaManager, admin: AdminManager, groups: GroupApis, metrics: RequestMetrics,
                  handle_metadata: Handler, handle_describe_replicas: Callable[[Any, RequestContext], Any],
-                 control: ControlPlane, describe: DescribeApis | None = None) -> None:
+                 control: ControlPlane, describe: DescribeApis | None = None, txn: TxnApis | None = None) -> None:
         self.metrics = metrics
         self._rm = rm
         self._control = control
@@ -98,7 +99,8 @@ class KafkaApis:
             "DeleteRecords": rm.handle_delete_records,
             "DescribeConfigs": admin.describe_configs,
             "AlterConfigs": admin.alter_configs,
-            "InitProducerId": admin.init_producer_id,
+            # With a transactional id: the transaction coordinator (broker.coordinator.transaction.txn_apis).
+            "InitProducerId": admin.init_producer_id if txn is None else txn.init_producer_id,
             "DescribeReplicas": _sync(handle_describe_replicas),
             "ElectLeaders": admin.elect_leaders,
             "AlterPartitionReassignments": admin.alter_partition_reassignments,
@@ -108,7 +110,7 @@ class KafkaApis:
             "DeleteAcls": admin.delete_acls,
             "AlterUserScramCredentials": admin.alter_user_scram_credentials,
             "DescribeUserScramCredentials": admin.describe_user_scram_credentials,
-            "FindCoordinator": groups.find_coordinator,
+            "FindCoordinator": groups.find_coordinator if txn is None else txn.find_coordinator,  # key_type 1 too
             "JoinGroup": groups.join_group,
             "SyncGroup": groups.sync_group,
             "Heartbeat": groups.heartbeat,
@@ -124,6 +126,13 @@ class KafkaApis:
             "DescribeCluster": _wired(describe, "describe_cluster"),
             "DescribeLogDirs": _wired(describe, "describe_log_dirs"),
             "DescribeProducers": _wired(describe, "describe_producers"),
+            # The __consumer_offsets entries (a transaction's group offsets) to the group coordinator.
+            "WriteTxnMarkers": (rm.handle_write_txn_markers if txn is None
+                                else txn.write_txn_markers(rm.handle_write_txn_markers)),
+            "AddPartitionsToTxn": _wired(txn, "add_partitions_to_txn"),
+            "AddOffsetsToTxn": _wired(txn, "add_offsets_to_txn"),
+            "EndTxn": _wired(txn, "end_txn"),
+            "TxnOffsetCommit": _wired(txn, "txn_offset_commit"),
             # The control plane: admitted by handle_control first.
             "LeaderAndIsr": _sync(lambda req, _ctx: rm.handle_leader_and_isr(req)),
             "UpdateMetadata": _sync(lambda req, _ctx: rm.handle_update_metadata(req)),

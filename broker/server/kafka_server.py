@@ -31,6 +31,10 @@ from grpc_reflection.v1alpha import reflection
 from broker.coordinator.group.group_apis import GroupApis
 from broker.coordinator.group.group_coordinator import GroupCoordinator
 from broker.coordinator.group.group_state import CoordinatorLimits
+from broker.coordinator.transaction.marker_sender import TxnMarkerSender
+from broker.coordinator.transaction.txn_apis import TxnApis
+from broker.coordinator.transaction.txn_coordinator import TransactionCoordinator
+from broker.coordinator.transaction.txn_state import TxnLimits
 from broker.log.manager import LogManager
 from broker.network.kafka_listener import KafkaListener, ListenerLimits
 from broker.network.replica_fetch_socket import ReplicaFetchListener
@@ -138,10 +142,20 @@ class KafkaServer:
             offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
             offsets_retention_ms=cfg.offsets_retention_minutes * 60 * 1000,
             offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms))
+        # Transactions (KIP-98): the coordinator of the transactional ids the rule gives this broker,
+        # its markers sent to partition leaders (and to group coordinators for TxnOffsetCommit).
+        self.txn_markers = TxnMarkerSender(self.metadata, self.gate.broker_channel_security(), cfg.request_timeout_ms,
+                                           self.group_coordinator.coordinator_of)
+        self.txn_coordinator = TransactionCoordinator(
+            self.broker_id, self.zk, self._live_broker_ids, self.admin.next_producer_id,
+            self.txn_markers.send_markers, self.txn_markers.complete_group,
+            TxnLimits(max_timeout_ms=cfg.transaction_max_timeout_ms,
+                      id_expiration_ms=cfg.transactional_id_expiration_ms),
+            abort_interval_ms=cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms)
         self.registration = BrokerRegistrationManager(
             self.zk, self.broker_id, cfg.session_timeout_ms, self._registration, self._on_registered,
             SessionListeners(on_zk_state=self.controller.on_zk_state,
-                             on_session_lost=self.group_coordinator.on_session_lost,
+                             on_session_lost=self._on_session_lost,
                              on_session_reestablished=self.controller.on_session_reestablished,
                              reload_cached_state=self.dynamic_config.reload_all),
             stopping=lambda: self._stopping, spawn=self._spawn)
@@ -155,6 +169,9 @@ class KafkaServer:
         self.group_apis = GroupApis(self.group_coordinator, self.gate, self.metadata_apis.endpoint_of,
                                     cfg.max_request_partitions,
                                     lambda t, p: self.metadata.partition(t, p) is not None)
+        self.txn_apis = TxnApis(self.txn_coordinator, self.group_apis, self.group_coordinator, self.admin, self.gate,
+                                self.metadata_apis.endpoint_of, cfg.max_request_partitions,
+                                lambda t, p: self.metadata.partition(t, p) is not None)
         self.metrics = BrokerMetrics(self)
         # The one request-handling layer behind every listener, gRPC or Kafka protocol.
         self.apis = KafkaApis(self.replica_manager, self.admin, self.group_apis, self.metrics.requests,
@@ -164,7 +181,13 @@ class KafkaServer:
                               describe=DescribeApis(config=cfg, metadata=self.metadata, gate=self.gate,
                                                     cluster_id=lambda: self.cluster_id,
                                                     log_manager=self.log_manager,
-                                                    replica_manager=self.replica_manager))
+                                                    replica_manager=self.replica_manager),
+                              txn=self.txn_apis)
+
+    def _on_session_lost(self) -> None:
+        """Every coordinator's ZooKeeper leases may have been taken over (SPEC S11.4)."""
+        self.group_coordinator.on_session_lost()
+        self.txn_coordinator.on_session_lost()
 
     def _live_broker_ids(self) -> list[int]:
         # Before the controller's first UpdateMetadata this broker knows only itself: no answer
@@ -258,6 +281,7 @@ class KafkaServer:
         self.registration.watch_session(self.loop)
         self.controller.start()
         self.group_coordinator.start()
+        self.txn_coordinator.start()
         self.dynamic_config.start_watches(self.loop)
 
         self._every(cfg.replica_lag_time_max_ms / 2000.0, self.replica_manager.maybe_shrink_isr)
@@ -377,6 +401,8 @@ class KafkaServer:
             await self.controlled_shutdown()
         for t in list(self._tasks):
             t.cancel()
+        await self.txn_coordinator.shutdown()
+        await self.txn_markers.close()
         await self.group_coordinator.shutdown()
         await self.dynamic_config.shutdown()
         await asyncio.to_thread(self.controller.shutdown)

@@ -16,6 +16,8 @@ from client.discovery import BOOTSTRAP_ENV, KAFKA_BOOTSTRAP_ENV, ZOOKEEPER_ENV, 
 from client.ops.certs import CA_CERT
 from client.ops.local_cluster import SIGNALS, ZK_DIGEST_FILE, ClusterError, LocalCluster
 
+ZK_PREFIX = "zk-"
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("cluster", help="run a local ZooKeeper + brokers in the background")
@@ -29,6 +31,9 @@ def add_parser(sub: Any) -> None:
     common(up)
     up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
     up.add_argument("--zookeeper", default=None, metavar="HOST:PORT", help="use a running ZooKeeper")
+    up.add_argument("--zookeepers", type=int, default=1, metavar="N",
+                    help="run a ZooKeeper ensemble of N servers (3 or 5, as production Kafka does; "
+                         "default 1, a single server)")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker config override")
     up.add_argument("--random-ports", action="store_true",
                     help="free ports instead of the fixed ones (ZooKeeper 2181, brokers' Kafka protocol 9092.., "
@@ -47,17 +52,25 @@ def add_parser(sub: Any) -> None:
     down.add_argument("--purge", action="store_true", help="also delete the cluster directory")
     down.set_defaults(func=_cmd_down)
 
-    kill = csub.add_parser("kill", help="send a signal to one broker")
+    kill = csub.add_parser("kill", help="send a signal to one broker, or to one ZooKeeper server (zk-N)")
     common(kill)
-    kill.add_argument("id", type=int, help="broker id")
+    kill.add_argument("id", type=target, metavar="ID|zk-N", help="broker id, or zk-N for ZooKeeper server N")
     kill.add_argument("--signal", default="KILL", choices=sorted(SIGNALS),
                       help="KILL (default: a crash), TERM (controlled shutdown), STOP (pause) or CONT (resume)")
     kill.set_defaults(func=_cmd_kill)
 
-    start = csub.add_parser("start", help="start one (stopped) broker again")
+    start = csub.add_parser("start", help="start one (stopped) broker, or ZooKeeper server (zk-N), again")
     common(start)
-    start.add_argument("id", type=int, help="broker id")
+    start.add_argument("id", type=target, metavar="ID|zk-N", help="broker id, or zk-N for ZooKeeper server N")
     start.set_defaults(func=_cmd_start)
+
+
+def target(value: str) -> tuple[str, int]:
+    """``3`` -> ("broker", 3); ``zk-2`` -> ("zookeeper", 2) (an argparse type)."""
+    kind, number = ("zookeeper", value[len(ZK_PREFIX):]) if value.lower().startswith(ZK_PREFIX) else ("broker", value)
+    if not number.isdigit() or int(number) < 1:
+        raise argparse.ArgumentTypeError(f"expected a broker id or zk-N (a ZooKeeper server), got {value!r}")
+    return kind, int(number)
 
 
 def export_line(bootstrap: str, zookeeper: str, kafka_bootstrap: str = "") -> str:
@@ -91,11 +104,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
     def go() -> None:
         cluster = LocalCluster(args.dir, zookeeper=args.zookeeper, broker_overrides=overrides,
                                fixed_ports=not args.random_ports)
-        state = cluster.up(args.brokers, secure=args.secure)
+        state = cluster.up(args.brokers, secure=args.secure, zookeepers=args.zookeepers)
         for notice in cluster.notices:
             print(f"notice: {notice}", file=sys.stderr)
         view = cluster.zk_view()
         print(f"ZooKeeper: {state.zookeeper_connect}")
+        for z in cluster.zookeeper_modes():
+            print(f"  {z['name']}: {z['address']} (pid {z['pid']}, {z['mode']})")
         for _, b in sorted(state.brokers.items()):
             print(f"broker {b.broker_id}: {b.address} (pid {b.pid}, metrics {b.metrics_address}, log {b.log})")
         print(f"controller: broker {view['controller']} (controller epoch {view['controller_epoch']})")
@@ -125,6 +140,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
             return
         print(f"ZooKeeper {s['zookeeper']['connect']} ({'up' if s['zookeeper']['alive'] else 'DOWN'}), "
               f"controller: {s['controller']}, controller epoch: {s['controller_epoch']}")
+        for z in s["zookeeper"].get("servers", []):  # an ensemble: each server's mode, from `srvr`
+            alive = "paused" if z["paused"] else str(z["alive"]).lower()
+            print(f"{z['name']:>5}  {z['address']:<22} {z['pid']:>8}  {alive:<6} {z['mode']}")
         print(f"{'ID':>3}  {'ADDRESS':<22} {'PID':>8}  {'ALIVE':<6} {'REGISTERED':<10} ROLE")
         for b in s["brokers"]:
             role = "controller" if b["id"] == s["controller"] else ""
@@ -146,7 +164,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def cluster_running(status: dict[str, Any]) -> bool:
     """Anything of the cluster up: ZooKeeper or a broker (a status of nothing alive exits 1)."""
-    return bool(status["zookeeper"]["alive"]) or any(b["alive"] for b in status["brokers"])
+    return bool(status["zookeeper"]["alive"]) or any(b["alive"] for b in status["brokers"]) \
+        or any(z["alive"] for z in status["zookeeper"].get("servers", []))
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
@@ -162,18 +181,31 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 
 def _cmd_kill(args: argparse.Namespace) -> int:
+    kind, n = args.id
+
     def go() -> None:
-        LocalCluster(args.dir).signal(args.id, args.signal)
-        print(f"sent SIG{args.signal} to broker {args.id}")
+        if kind == "zookeeper":
+            LocalCluster(args.dir).signal_zookeeper(n, args.signal)
+            print(f"sent SIG{args.signal} to ZooKeeper server zk-{n}")
+            return
+        LocalCluster(args.dir).signal(n, args.signal)
+        print(f"sent SIG{args.signal} to broker {n}")
 
     return _run(go)
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
+    kind, n = args.id
+
     def go() -> None:
         c = LocalCluster(args.dir)
-        c.start(args.id)
-        c.wait_registered({args.id}, 60)
-        print(f"broker {args.id} started and registered")
+        if kind == "zookeeper":
+            c.start_zookeeper(n)
+            modes = {z["id"]: z["mode"] for z in c.zookeeper_modes()}
+            print(f"ZooKeeper server zk-{n} started" + (f" ({modes[n]})" if n in modes else ""))
+            return
+        c.start(n)
+        c.wait_registered({n}, 60)
+        print(f"broker {n} started and registered")
 
     return _run(go)

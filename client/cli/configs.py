@@ -57,10 +57,11 @@ def parse_add_config(value: str) -> dict[str, str]:
 
 def entry_line(e: pb.ConfigEntry) -> str:
     """One described config, as kafka-configs prints it (a sensitive value is null)."""
-    value = "null" if e.is_sensitive else e.value
-    # The entry's own synonyms where the broker gives them (topic configs, issue 34), else itself.
+    value = "null" if e.is_sensitive or e.value_null else e.value
+    # The entry's synonyms as the broker gives them (issue 34: topic and broker configs), {} when none,
+    # as Kafka's tool prints them.
     synonyms = ", ".join(f"{pb.ConfigSource.Name(s.source)}:{s.name}={'null' if e.is_sensitive else s.value}"
-                         for s in e.synonyms) or f"{pb.ConfigSource.Name(e.source)}:{e.name}={value}"
+                         for s in e.synonyms)
     return f"  {e.name}={value} sensitive={str(e.is_sensitive).lower()} synonyms={{{synonyms}}}"
 
 

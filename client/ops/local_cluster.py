@@ -188,16 +188,105 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> s
 
 # ------------------------------------------------------------------ ZooKeeper
 
+# A ZooKeeper ensemble (`cluster up --zookeepers 3`): server N has client port 2181 + N - 1 and,
+# as ZooKeeper's docs number them, quorum port 2888 + N - 1 and leader-election port 3888 + N - 1,
+# all on loopback (free ports instead when taken, or with --random-ports).
+ZK_QUORUM_PORT_BASE = 2888
+ZK_ELECTION_PORT_BASE = 3888
+MAX_ZOOKEEPERS = 7
+SERVING_MODES = ("leader", "follower", "standalone")
+NOT_SERVING = "not serving"
+
+
+@dataclass(frozen=True)
+class ZkPeer:
+    """One server of an ensemble: its ``server.N`` line and its client port."""
+
+    server_id: int
+    client_port: int
+    quorum_port: int
+    election_port: int
+    host: str = "127.0.0.1"
+
+    @property
+    def connect(self) -> str:
+        return f"{self.host}:{self.client_port}"
+
+    @property
+    def server_line(self) -> str:
+        return f"server.{self.server_id}={self.host}:{self.quorum_port}:{self.election_port}"
+
+
+def zoo_cfg(host: str, port: int, data: Path, tick_ms: int, peers: tuple[ZkPeer, ...] = ()) -> str:
+    """A server's zoo.cfg (pure): standalone without ``peers``, else with every ``server.N`` line."""
+    return "\n".join([
+        f"tickTime={tick_ms}",
+        f"dataDir={data}",
+        f"clientPort={port}",
+        f"clientPortAddress={host}",
+        "admin.enableServer=false",
+        "4lw.commands.whitelist=*",
+        f"minSessionTimeout={2 * tick_ms}",
+        "maxSessionTimeout=60000",
+        "initLimit=10",
+        "syncLimit=5",
+        *(p.server_line for p in peers),
+        "",
+    ])
+
+
+def ensemble_peers(ports: list[int], host: str = "127.0.0.1") -> tuple[ZkPeer, ...]:
+    """Servers 1..N from ports (client, quorum, election per server, in that order) (pure)."""
+    if not ports or len(ports) % 3:
+        raise ValueError(f"three ports per ZooKeeper server, got {len(ports)}")
+    return tuple(ZkPeer(i + 1, *ports[3 * i:3 * i + 3], host=host) for i in range(len(ports) // 3))
+
+
+def fixed_zookeeper_ports(servers: int) -> list[int]:
+    """The documented client, quorum and election ports of an ensemble of ``servers`` (pure)."""
+    return [p for i in range(servers) for p in (ZOOKEEPER_PORT + i, ZK_QUORUM_PORT_BASE + i, ZK_ELECTION_PORT_BASE + i)]
+
+
+def ensemble_connect(peers: tuple[ZkPeer, ...] | list[ZkPeer]) -> str:
+    """The connect string naming every server, as brokers and clients need it (pure): a client
+    whose server dies moves to another one within its session timeout."""
+    return ",".join(p.connect for p in peers)
+
+
+def check_ensemble_size(servers: int) -> None:
+    """1 (standalone) or an odd ensemble of 3..7 (pure): a quorum is a majority, so an even
+    ensemble tolerates no more failures than the odd one below it."""
+    if servers == 1 or (3 <= servers <= MAX_ZOOKEEPERS and servers % 2 == 1):
+        return
+    if servers % 2 == 0 and 2 <= servers <= MAX_ZOOKEEPERS + 1:
+        raise ClusterError(f"--zookeepers {servers}: an ensemble of {servers} survives no more failures than one "
+                           f"of {servers - 1} (a quorum is a majority); use {servers - 1} or {servers + 1}")
+    raise ClusterError(f"--zookeepers must be 1 or an odd number from 3 to {MAX_ZOOKEEPERS} (got {servers})")
+
+
+def zookeeper_mode(srvr: str) -> str:
+    """The ``Mode:`` line of a ``srvr`` answer (leader, follower, standalone, observer), or
+    ``not serving`` (a server without a quorum says so instead) (pure)."""
+    for line in srvr.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "Mode":
+            return value.strip()
+    return NOT_SERVING
+
 
 class ZooKeeperServer:
     """Debian's ZooKeeper on a loopback port, as a child process."""
 
     def __init__(self, directory: Path, port: int | None = None, tick_ms: int = 500,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", *, server_id: int = 0, peers: tuple[ZkPeer, ...] = ()) -> None:
+        """``peers`` (every server of the ensemble, this one included, ``server_id`` among them):
+        a member of an ensemble; none, a standalone server."""
         self.dir = directory
         self.host = host
         self.port = port or free_port()
         self.tick_ms = tick_ms
+        self.server_id = server_id
+        self.peers = peers
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid = -1
 
@@ -206,6 +295,12 @@ class ZooKeeperServer:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout_s: float = 60.0) -> None:
+        self.spawn()
+        self.wait_ready(timeout_s)
+
+    def spawn(self) -> None:
+        """Write zoo.cfg (and myid in an ensemble) and start the JVM, without waiting: the servers
+        of an ensemble are all spawned first, as none serves before a quorum is up."""
         if not ZK_JAR.exists():
             raise ClusterError(f"ZooKeeper is not installed ({ZK_JAR} is missing): run `make setup` "
                                "or `apt-get install zookeeper`")
@@ -213,20 +308,10 @@ class ZooKeeperServer:
             raise ClusterError("java is not on the PATH; ZooKeeper needs Java 17")
         data = self.dir / "data"
         data.mkdir(parents=True, exist_ok=True)
+        if self.peers:
+            (data / "myid").write_text(f"{self.server_id}\n")
         cfg = self.dir / "zoo.cfg"
-        cfg.write_text("\n".join([
-            f"tickTime={self.tick_ms}",
-            f"dataDir={data}",
-            f"clientPort={self.port}",
-            f"clientPortAddress={self.host}",
-            "admin.enableServer=false",
-            "4lw.commands.whitelist=*",
-            f"minSessionTimeout={2 * self.tick_ms}",
-            "maxSessionTimeout=60000",
-            "initLimit=10",
-            "syncLimit=5",
-            "",
-        ]))
+        cfg.write_text(zoo_cfg(self.host, self.port, data, self.tick_ms, self.peers))
         log = open(self.dir / "zookeeper.log", "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
             ["java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false",
@@ -234,20 +319,29 @@ class ZooKeeperServer:
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         self.pid = self.proc.pid
-        self.wait_ready(timeout_s)
 
     def wait_ready(self, timeout_s: float) -> None:
+        """Until it answers ``ruok``; a server of an ensemble until it serves (leader or follower),
+        which needs a quorum of its peers up."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise ClusterError(f"ZooKeeper exited with {self.proc.returncode}; see {self.dir / 'zookeeper.log'}")
             try:
-                if four_letter_word(self.host, self.port, "ruok") == "imok":
+                if self.peers:
+                    if self.mode() in SERVING_MODES:
+                        return
+                elif four_letter_word(self.host, self.port, "ruok") == "imok":
                     return
             except OSError:
                 pass
             time.sleep(0.1)
-        raise ClusterError(f"ZooKeeper did not answer on port {self.port} within {timeout_s:.0f}s")
+        what = "serve (no quorum of its ensemble?)" if self.peers else "answer"
+        raise ClusterError(f"ZooKeeper did not {what} on port {self.port} within {timeout_s:.0f}s")
+
+    def mode(self) -> str:
+        """What ``srvr`` says: leader, follower, standalone, or not serving (OSError: no answer)."""
+        return zookeeper_mode(four_letter_word(self.host, self.port, "srvr"))
 
     def stop(self) -> None:
         stop_pid(self.pid, self.proc)
@@ -306,6 +400,27 @@ class BrokerProc:
 
 
 @dataclass
+class ZooKeeperProc:
+    """One server of a local ZooKeeper ensemble (``cluster up --zookeepers 3``), as cluster.json keeps it."""
+
+    server_id: int
+    client_port: int
+    quorum_port: int
+    election_port: int
+    pid: int = -1
+    dir: str = ""
+    host: str = "127.0.0.1"
+
+    @property
+    def peer(self) -> ZkPeer:
+        return ZkPeer(self.server_id, self.client_port, self.quorum_port, self.election_port, self.host)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.client_port}"
+
+
+@dataclass
 class ClusterState:
     dir: str
     zookeeper_connect: str
@@ -314,6 +429,12 @@ class ClusterState:
     brokers: dict[int, BrokerProc] = field(default_factory=dict)
     # Clients on SASL_SSL with ACLs (``cluster up --secure``).
     secure: bool = False
+    # The servers of a local ensemble (``--zookeepers 3``); empty with one server (zookeeper_pid).
+    zookeepers: list[ZooKeeperProc] = field(default_factory=list)
+
+    @property
+    def peers(self) -> tuple[ZkPeer, ...]:
+        return tuple(z.peer for z in self.zookeepers)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -348,6 +469,8 @@ class ClusterState:
         path = Path(self.dir) / STATE_FILE
         data = asdict(self)
         data["brokers"] = {str(k): asdict(v) for k, v in self.brokers.items()}
+        if not self.zookeepers:
+            del data["zookeepers"]  # a one-server cluster's file stays as it always was
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=2))
         os.replace(tmp, path)
@@ -360,7 +483,8 @@ class ClusterState:
         except FileNotFoundError:
             raise ClusterError(f"no cluster in {directory} (run `minikafka cluster up --dir {directory}`)") from None
         brokers = {int(k): BrokerProc(**v) for k, v in data.pop("brokers").items()}
-        return cls(brokers=brokers, **data)
+        zookeepers = [ZooKeeperProc(**z) for z in data.pop("zookeepers", [])]
+        return cls(brokers=brokers, zookeepers=zookeepers, **data)
 
 
 def local_client_security(directory: Path) -> ChannelSecurity:
@@ -436,6 +560,7 @@ class LocalCluster:
         self.external_zk = zookeeper
         self.overrides = dict(broker_overrides or {})
         self.zk: ZooKeeperServer | None = None
+        self.ensemble: dict[int, ZooKeeperServer] = {}  # the servers of a --zookeepers N ensemble
         self.state: ClusterState | None = None
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self.fixed_ports = fixed_ports
@@ -454,6 +579,42 @@ class LocalCluster:
             return ZOOKEEPER_PORT
         self.notices.append(f"port {ZOOKEEPER_PORT} is taken: ZooKeeper takes a free port instead")
         return None
+
+    def _ensemble_peers(self, servers: int) -> tuple[ZkPeer, ...]:
+        """An ensemble's ports: the previous cluster's in this directory (same size) when free, else
+        the documented ones (``fixed_ports``) when free, else free ones."""
+        old = self.previous.peers if self.previous is not None else ()
+        if len(old) == servers:
+            kept = [p for peer in old for p in (peer.client_port, peer.quorum_port, peer.election_port)]
+            taken = [p for p in kept if not port_free(p)]
+            if not taken:
+                return old
+            self.notices.append(f"port{'s' if len(taken) > 1 else ''} {', '.join(map(str, taken))} of the previous "
+                                f"ZooKeeper ensemble in this directory taken: ZooKeeper takes other ports")
+        if self.fixed_ports:
+            want = fixed_zookeeper_ports(servers)
+            taken = [p for p in want if not port_free(p)]
+            if not taken:
+                return ensemble_peers(want)
+            self.notices.append(f"port{'s' if len(taken) > 1 else ''} {', '.join(map(str, taken))} taken: "
+                                f"ZooKeeper takes free ports instead")
+        return ensemble_peers(free_ports(3 * servers))
+
+    def _start_ensemble(self, servers: int, timeout_s: float) -> list[ZooKeeperProc]:
+        """Spawn every server, then wait until each serves (a quorum elected a leader)."""
+        peers = self._ensemble_peers(servers)
+        procs = []
+        for peer in peers:
+            zdir = self.dir / f"zookeeper-{peer.server_id}"
+            server = ZooKeeperServer(zdir, port=peer.client_port, host=peer.host, server_id=peer.server_id,
+                                     peers=peers)
+            self.ensemble[peer.server_id] = server
+            server.spawn()
+            procs.append(ZooKeeperProc(peer.server_id, peer.client_port, peer.quorum_port, peer.election_port,
+                                       pid=server.pid, dir=str(zdir), host=peer.host))
+        for server in self.ensemble.values():
+            server.wait_ready(timeout_s)
+        return procs
 
     def _broker_ports(self, brokers: int) -> list[int]:
         """client, metrics, internal, Kafka port per broker, in that order (as free_ports gave them)."""
@@ -477,22 +638,33 @@ class LocalCluster:
 
     # ------------------------------------------------------------ up / down
 
-    def up(self, brokers: int = 3, timeout_s: float = 60.0, secure: bool = False) -> ClusterState:
+    def up(self, brokers: int = 3, timeout_s: float = 60.0, secure: bool = False,
+           zookeepers: int = 1) -> ClusterState:
+        """``zookeepers``: 1 (one standalone server, the default) or an odd ensemble of 3..7."""
+        check_ensemble_size(zookeepers)
+        if zookeepers > 1 and self.external_zk:
+            raise ClusterError("--zookeepers starts a local ensemble; it cannot be used with --zookeeper")
         self.dir.mkdir(parents=True, exist_ok=True)
         if (self.dir / STATE_FILE).exists():
             old = ClusterState.load(self.dir)
-            if any(pid_alive(b.pid) for b in old.brokers.values()) or pid_alive(old.zookeeper_pid):
+            if any(pid_alive(b.pid) for b in old.brokers.values()) or pid_alive(old.zookeeper_pid) \
+                    or any(pid_alive(z.pid) for z in old.zookeepers):
                 raise ClusterError(f"a cluster is already running in {self.dir}; `minikafka cluster down` first")
             self.previous = old if not self.external_zk else None
+        ensemble: list[ZooKeeperProc] = []
         try:
             if self.external_zk:
                 connect = self.external_zk
                 zk_pid = -1
+            elif zookeepers > 1:
+                ensemble = self._start_ensemble(zookeepers, timeout_s)
+                connect, zk_pid = ensemble_connect([z.peer for z in ensemble]), -1
             else:
                 self.zk = ZooKeeperServer(self.dir / "zookeeper", port=self._zookeeper_port())
                 self.zk.start()
                 connect, zk_pid = self.zk.connect, self.zk.pid
-            self.state = ClusterState(str(self.dir), connect, zk_pid, str(self.dir / "zookeeper"), secure=secure)
+            self.state = ClusterState(str(self.dir), connect, zk_pid, "" if ensemble else str(self.dir / "zookeeper"),
+                                      secure=secure, zookeepers=ensemble)
             ports = self._broker_ports(brokers)
             hosts = {i: self.broker_netns.get(i, ("", "127.0.0.1"))[1] for i in range(1, brokers + 1)}
             make_secrets(self.state.secrets, list(hosts), hosts, self.zk_digest)
@@ -526,6 +698,11 @@ class LocalCluster:
             self.zk.stop()
             if self.state is not None:
                 self.state.zookeeper_pid = -1
+        for server in self.ensemble.values():
+            server.stop()
+        if self.state is not None:
+            for z in self.state.zookeepers:
+                z.pid = -1
         if self.state is not None and (self.dir / STATE_FILE).exists():
             self.state.save()
 
@@ -609,6 +786,97 @@ class LocalCluster:
             stop_pid(b.pid, proc if proc is not None and proc.pid == b.pid else None, timeout_s=1)
         if state.zookeeper_pid > 0:
             stop_pid(state.zookeeper_pid, self.zk.proc if self.zk else None)
+        for z in self._zookeepers_to_stop(state):
+            server = self.ensemble.get(z.server_id)
+            stop_pid(z.pid, server.proc if server is not None and server.pid == z.pid else None)
+
+    def _zookeepers_to_stop(self, state: ClusterState) -> list[ZooKeeperProc]:
+        """The ensemble's servers by this object's pids and the state file's (``cluster start zk-N``
+        in another process gives a server a new pid only the file knows); a file pid counts only
+        while it still runs that server's zoo.cfg."""
+        servers = list(state.zookeepers)
+        try:
+            on_disk = ClusterState.load(self.dir).zookeepers
+        except ClusterError:
+            on_disk = []
+        known = {z.pid for z in servers}
+        servers += [z for z in on_disk if z.pid not in known and _runs_config(z.pid, str(Path(z.dir) / "zoo.cfg"))]
+        return servers
+
+    # ------------------------------------------------------------ single ZooKeeper servers
+
+    def _with_current_zookeeper_pids(self) -> ClusterState:
+        """This object's state, with the pid of each ensemble server another process restarted
+        (``cluster start zk-N``) taken from the state file while it runs that server's zoo.cfg."""
+        if self.state is None:
+            self.state = ClusterState.load(self.dir)
+            return self.state
+        if self.state.zookeepers and (self.dir / STATE_FILE).exists():
+            on_disk = {z.server_id: z.pid for z in ClusterState.load(self.dir).zookeepers}
+            for z in self.state.zookeepers:
+                pid = on_disk.get(z.server_id, -1)
+                if pid != z.pid and not pid_alive(z.pid) and _runs_config(pid, str(Path(z.dir) / "zoo.cfg")):
+                    z.pid = pid
+        return self.state
+
+    def zookeeper_server(self, server_id: int) -> ZooKeeperProc:
+        """Server ``server_id`` of the local ensemble; a one-server cluster's ZooKeeper is zk-1."""
+        state = self._with_current_zookeeper_pids()
+        if not state.zookeepers and state.zookeeper_dir and server_id == 1:
+            host, _, port = state.zookeeper_connect.rpartition(":")
+            return ZooKeeperProc(1, int(port), -1, -1, pid=state.zookeeper_pid, dir=state.zookeeper_dir, host=host)
+        for z in state.zookeepers:
+            if z.server_id == server_id:
+                return z
+        ids = [z.server_id for z in state.zookeepers] or ([1] if state.zookeeper_dir else [])
+        raise ClusterError(f"no ZooKeeper server zk-{server_id} in this cluster"
+                           + (f" (servers: {', '.join(f'zk-{i}' for i in ids)})" if ids else
+                              " (it uses an external ZooKeeper)"))
+
+    def signal_zookeeper(self, server_id: int, sig: str = "KILL") -> None:
+        z = self.zookeeper_server(server_id)
+        if sig not in SIGNALS:
+            raise ClusterError(f"unknown signal {sig!r}; use one of {', '.join(SIGNALS)}")
+        if not pid_alive(z.pid):
+            raise ClusterError(f"ZooKeeper server zk-{server_id} is not running")
+        os.kill(z.pid, SIGNALS[sig])
+        server = self.ensemble.get(server_id) or (self.zk if not self.ensemble else None)
+        if sig in ("KILL", "TERM") and server is not None and server.proc is not None and server.pid == z.pid:
+            server.proc.wait(10)
+
+    def start_zookeeper(self, server_id: int, timeout_s: float = 60.0) -> None:
+        """Start a stopped server again with its ports and data; returns once it serves (in an
+        ensemble: it rejoined the quorum as leader or follower)."""
+        z = self.zookeeper_server(server_id)
+        if pid_alive(z.pid):
+            raise ClusterError(f"ZooKeeper server zk-{server_id} is already running (pid {z.pid})")
+        assert self.state is not None
+        peers = self.state.peers
+        server = ZooKeeperServer(Path(z.dir), port=z.client_port, host=z.host, server_id=server_id if peers else 0,
+                                 peers=peers)
+        server.spawn()
+        if peers:
+            self.ensemble[server_id] = server
+            z.pid = server.pid
+        else:
+            self.zk = server
+            self.state.zookeeper_pid = server.pid
+        self.state.save()
+        server.wait_ready(timeout_s)
+
+    def zookeeper_modes(self) -> list[dict[str, Any]]:
+        """Each server of the ensemble: address, pid, alive, and its mode as ``srvr`` says."""
+        state = self._with_current_zookeeper_pids()
+        out = []
+        for z in state.zookeepers:
+            alive = pid_alive(z.pid)
+            try:
+                mode = zookeeper_mode(four_letter_word(z.host, z.client_port, "srvr")) if alive else "down"
+            except OSError:
+                mode = "no answer"
+            out.append({"id": z.server_id, "name": f"zk-{z.server_id}", "address": z.address, "pid": z.pid,
+                        "alive": alive, "paused": alive and pid_paused(z.pid), "mode": mode})
+        return out
 
     # ------------------------------------------------------------ single brokers
 
@@ -717,15 +985,23 @@ class LocalCluster:
 
     def status(self) -> dict[str, Any]:
         state = self.state or ClusterState.load(self.dir)
+        servers = self.zookeeper_modes() if state.zookeepers else []
+        ensemble_up = any(z["mode"] in SERVING_MODES for z in servers)
         try:
-            view = self.zk_view() if pid_alive(state.zookeeper_pid) or state.zookeeper_pid < 0 else None
+            if state.zookeepers:
+                view = self.zk_view(connection_timeout_ms=3000) if ensemble_up else None
+            else:
+                view = self.zk_view() if pid_alive(state.zookeeper_pid) or state.zookeeper_pid < 0 else None
         except Exception:
             view = None
         registered = set(view["registered"]) if view else set()
+        zookeeper: dict[str, Any] = {"connect": state.zookeeper_connect, "pid": state.zookeeper_pid,
+                                     "alive": view is not None}
+        if servers:
+            zookeeper["servers"] = servers
         return {
             "dir": state.dir,
-            "zookeeper": {"connect": state.zookeeper_connect, "pid": state.zookeeper_pid,
-                          "alive": view is not None},
+            "zookeeper": zookeeper,
             "controller": view["controller"] if view else -1,
             "controller_epoch": view["controller_epoch"] if view else 0,
             "bootstrap_servers": state.bootstrap_servers,

@@ -321,7 +321,8 @@ def header_mutations(draw: st.DrawFn) -> Payload:
     old = dict(zip(FIELDS, HEADER.unpack_from(base.data, 0), strict=True))
     new = dict(zip(FIELDS, HEADER.unpack_from(data, 0), strict=True))
     refuse = (new["magic"] != 2 or new["batch_length"] != old["batch_length"]
-              or new["attributes"] & (CONTROL_BIT | TRANSACTIONAL_BIT)
+              or new["attributes"] & CONTROL_BIT  # control batches come only from WriteTxnMarkers
+              or (new["attributes"] & TRANSACTIONAL_BIT and new["producer_id"] < 0)
               or (new["attributes"] & 0x07) != (old["attributes"] & 0x07)
               or new["last_offset_delta"] != old["last_offset_delta"] or new["record_count"] != old["record_count"])
     return Payload(f"{base.label}; header {changes}", data, must_refuse=bool(refuse),

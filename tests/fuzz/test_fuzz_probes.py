@@ -90,7 +90,7 @@ def probe_control_flag(fuzz: Harness) -> None:
 
 
 def probe_transactional_flag(fuzz: Harness) -> None:
-    produce_refused(fuzz, Payload("transactional batch (no transactions yet)",
+    produce_refused(fuzz, Payload("transactional batch without a producer id",
                                   set_fields(three_records(), attributes=TRANSACTIONAL_BIT), must_refuse=True))
 
 

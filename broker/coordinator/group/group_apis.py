@@ -172,6 +172,9 @@ class GroupApis:
         resp = pb.OffsetFetchResponse(error_code=_w(code))
         if code != 0:
             return resp
+        # KIP-447 (OffsetFetch v7 require_stable): a partition whose offset a transaction holds
+        # pending answers UNSTABLE_OFFSET_COMMIT (retriable) until the transaction completes.
+        unstable = self.c.pending_txn_partitions(req.group_id) if req.require_stable else set()
         if not req.topics:
             by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = {}
             for (topic, part), om in sorted(found.items()):
@@ -180,7 +183,11 @@ class GroupApis:
             for topic, parts in by_topic.items():
                 rt = resp.topics.add(name=topic)
                 for part, committed in parts:
-                    rt.partitions.add(partition=part, committed_offset=committed.offset, metadata=committed.metadata)
+                    if (topic, part) in unstable:
+                        rt.partitions.add(partition=part, committed_offset=-1, error_code=E.UNSTABLE_OFFSET_COMMIT)
+                    else:
+                        rt.partitions.add(partition=part, committed_offset=committed.offset,
+                                          metadata=committed.metadata)
             return resp
         i = 0
         for t in req.topics:
@@ -192,6 +199,8 @@ class GroupApis:
                 if verdict != E.NONE or not topic_ok:
                     rt.partitions.add(partition=p, committed_offset=-1, error_code=verdict if verdict != E.NONE
                                       else E.TOPIC_AUTHORIZATION_FAILED)
+                elif (t.name, p) in unstable:
+                    rt.partitions.add(partition=p, committed_offset=-1, error_code=E.UNSTABLE_OFFSET_COMMIT)
                 else:
                     got = found.get((t.name, p))
                     rt.partitions.add(partition=p, committed_offset=-1 if got is None else got.offset,

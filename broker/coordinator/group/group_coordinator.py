@@ -78,7 +78,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from broker.coordinator.group.group_state import (
@@ -92,11 +92,12 @@ from broker.coordinator.group.group_state import (
     OffsetAndMetadata,
     SyncGroupResult,
     coordinator_for,
+    offsets_partition_for,
 )
 from proto import errors
 from proto.names import validate_group_id
 from zk.client import KafkaZkClient, PartialCommitError
-from zk.data import ConsumersZNode, GroupLease
+from zk.data import ConsumersZNode, GroupLease, PendingTxnOffsets
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,8 @@ class Loaded:
     """A group taken over: the lease that fences it and what storage held at that moment."""
     lease: GroupLease
     offsets: dict[tuple[str, int], OffsetAndMetadata]
+    # Transactions' pending offsets (TxnOffsetCommit), per producer id.
+    pending: dict[int, PendingTxnOffsets] = field(default_factory=dict)
 
 
 class GroupOwnership:
@@ -146,7 +149,7 @@ class GroupOwnership:
         # An offset stored without its commit time counts from now for offsets.retention.minutes.
         loaded_at = self.clock()
         return Loaded(lease, {tp: OffsetAndMetadata(o, m, ts if ts >= 0 else loaded_at)
-                              for tp, (o, m, ts) in stored.items()})
+                              for tp, (o, m, ts) in stored.items()}, self.zk.get_group_txn_offsets(group_id))
 
     def group_exists(self, group_id: str) -> bool:
         """Did any coordinator ever take the group, or does it have offsets (stored by an older
@@ -175,6 +178,21 @@ class GroupOwnership:
         """Raises NotCoordinatorError when fenced."""
         self.zk.delete_group_offsets(lease, partitions)
 
+    def write_txn_offsets(self, lease: GroupLease, producer_id: int, pending: PendingTxnOffsets,
+                          exists: bool) -> None:
+        """Raises NotCoordinatorError when fenced."""
+        self.zk.write_group_txn_offsets(lease, producer_id, pending, offsets_partition_for(lease.group_id), exists)
+
+    def complete_txn_offsets(self, lease: GroupLease, producer_id: int,
+                             offsets: dict[tuple[str, int], OffsetAndMetadata], known: set[tuple[str, int]]) -> None:
+        """Raises NotCoordinatorError when fenced."""
+        self.zk.complete_group_txn_offsets(lease, producer_id, offsets_partition_for(lease.group_id),
+                                           {tp: (om.offset, om.metadata) for tp, om in offsets.items()}, known,
+                                           max((om.commit_timestamp_ms for om in offsets.values()), default=-1))
+
+    def txn_offsets_index(self, partition: int) -> list[tuple[int, str]]:
+        return self.zk.txn_offsets_index(partition)
+
 
 class GroupCoordinator:
     def __init__(self, broker_id: int, zk: KafkaZkClient, live_brokers: Callable[[], list[int]],
@@ -202,6 +220,10 @@ class GroupCoordinator:
         # offsets.retention.minutes: when the next expiry pass is due, and the one running.
         self._next_expiry_ms = 0
         self._expiry: asyncio.Task[int] | None = None
+        # Transactions' pending offsets of the loaded groups (TxnOffsetCommit): group -> producer id ->
+        # what ZooKeeper holds under the group's lease; they become committed offsets with the
+        # transaction's COMMIT marker, and go with its ABORT (handle_txn_marker).
+        self.txn_pending: dict[str, dict[int, PendingTxnOffsets]] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -229,9 +251,11 @@ class GroupCoordinator:
                         ", ".join(sorted(self.core.groups)))
         self._dispatch(self.core.unload_all(self.clock()))
         self.leases.clear()
+        self.txn_pending.clear()
 
     def _unload(self, group_id: str) -> None:
         self.leases.pop(group_id, None)
+        self.txn_pending.pop(group_id, None)
         lock = self._lease_locks.get(group_id)
         if lock is not None and not lock.locked():
             del self._lease_locks[group_id]
@@ -342,6 +366,8 @@ class GroupCoordinator:
                 self._unload(group_id)  # whatever was cached belongs to an older lease
                 self.core.load(group_id, loaded.offsets, loaded.lease.generation_id)
                 self.leases[group_id] = loaded.lease
+                if loaded.pending:
+                    self.txn_pending[group_id] = dict(loaded.pending)
                 log.info("group %s: coordinator epoch %d, generation %d, %d committed offsets loaded",
                          group_id, loaded.lease.coordinator_epoch, loaded.lease.generation_id, len(loaded.offsets))
             except Exception as e:
@@ -641,3 +667,114 @@ class GroupCoordinator:
         code = await self._admit_read(group_id)
         desc = self.core.describe(group_id)
         return (NONE, desc) if code is None else (code, desc)
+
+    # ------------------------------------------------------------ transactions (TxnOffsetCommit, KIP-98)
+
+    async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                 offsets: dict[tuple[str, int], OffsetAndMetadata], generation_id: int = -1,
+                                 member_id: str = "", group_instance_id: str = "") -> dict[tuple[str, int], int]:
+        """Kafka's handleTxnCommitOffsets: the offsets are kept pending for ``producer_id`` (in
+        ZooKeeper under the group's lease) until the transaction's marker; a later TxnOffsetCommit
+        of the same transaction adds to them. A member's generation is checked only when the
+        request carries one (v3+, KIP-447), as Kafka."""
+        if producer_id < 0 or not 0 <= producer_epoch <= 0x7FFF:
+            return {tp: errors.InvalidRequestError.code for tp in offsets}
+        code = await self._admit(group_id)
+        if code == NONE and (generation_id >= 0 or member_id):
+            code = self.core.commit_offsets(group_id, generation_id, member_id, group_instance_id)
+        if code != NONE:
+            return {tp: code for tp in offsets}
+        result: dict[tuple[str, int], int] = {}
+        accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for tp, om in offsets.items():
+            verdict = self.core.check_commit_entry(group_id, tp, om.offset, om.metadata, 0)
+            result[tp] = verdict
+            if verdict == NONE:
+                accepted[tp] = om
+        if not accepted:
+            return result
+        async with self._lease_lock(group_id):
+            lease = self.leases.get(group_id)
+            if lease is None or not self.core.is_loaded(group_id):
+                return {tp: NOT_COORDINATOR for tp in offsets}
+            before = self.txn_pending.get(group_id, {}).get(producer_id)
+            if before is not None and before.producer_epoch > producer_epoch:
+                return {tp: errors.ProducerFencedError.code for tp in offsets}
+            merged = {} if before is None else {(t, p): (o, m) for t, p, o, m in before.offsets}
+            merged.update({tp: (om.offset, om.metadata) for tp, om in accepted.items()})
+            pending = PendingTxnOffsets(producer_epoch, tuple(sorted((t, p, o, m) for (t, p), (o, m) in merged.items())))
+            try:
+                await self.offload(self.ownership.write_txn_offsets, lease, producer_id, pending, before is not None)
+            except errors.NotCoordinatorError:
+                self._fenced(group_id, lease)
+                return {tp: NOT_COORDINATOR for tp in offsets}
+            except errors.KafkaError as e:
+                return {tp: (e.code if tp in accepted else c) for tp, c in result.items()}
+            except Exception as e:
+                log.warning("group %s: pending offsets of producer %d not written: %s", group_id, producer_id, e)
+                self._unload(group_id)  # unknown outcome: read ZooKeeper again on the next request
+                return {tp: (COORDINATOR_NOT_AVAILABLE if tp in accepted else c) for tp, c in result.items()}
+            if self._same_claim(group_id, lease):
+                self.txn_pending.setdefault(group_id, {})[producer_id] = pending
+        return result
+
+    def pending_txn_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of ``group_id`` with transactional offsets pending (OffsetFetch require_stable)."""
+        return {(t, p) for pending in self.txn_pending.get(group_id, {}).values() for t, p, _o, _m in pending.offsets}
+
+    async def handle_txn_marker(self, producer_id: int, partition: int, commit: bool) -> int:
+        """A transaction's COMMIT/ABORT for its offsets in __consumer_offsets ``partition`` (Kafka's
+        handleTxnCompletion): every group of that partition with offsets pending for ``producer_id``
+        - found through ZooKeeper's index - that this broker coordinates has them committed (COMMIT)
+        or dropped (ABORT). NONE when none is left here; NOT_COORDINATOR when such a group belongs to
+        another coordinator (whose own marker completes it; the sender retries after metadata moves);
+        COORDINATOR_NOT_AVAILABLE to retry."""
+        try:
+            entries = await self.offload(self.ownership.txn_offsets_index, partition)
+        except Exception as e:
+            log.warning("transaction marker for producer %d: cannot read the pending offsets' index: %s",
+                        producer_id, e)
+            return COORDINATOR_NOT_AVAILABLE
+        foreign = False
+        for pid, group_id in entries:
+            if pid != producer_id:
+                continue
+            if self._check(group_id) != NONE:
+                foreign = True
+                continue
+            code = await self._ensure_loaded(group_id)
+            if code != NONE:
+                return code
+            code = await self._complete_txn(group_id, producer_id, commit)
+            if code != NONE:
+                return code
+        return NOT_COORDINATOR if foreign else NONE
+
+    async def _complete_txn(self, group_id: str, producer_id: int, commit: bool) -> int:
+        async with self._lease_lock(group_id):
+            lease = self.leases.get(group_id)
+            if lease is None or not self.core.is_loaded(group_id):
+                return NOT_COORDINATOR
+            pending = self.txn_pending.get(group_id, {}).get(producer_id)
+            now = self.clock()
+            offsets = {} if pending is None or not commit else {
+                (t, p): OffsetAndMetadata(o, m, now) for t, p, o, m in pending.offsets}
+            try:
+                await self.offload(self.ownership.complete_txn_offsets, lease, producer_id, offsets,
+                                   self.core.stored_partitions(group_id, offsets))
+            except errors.NotCoordinatorError:
+                self._fenced(group_id, lease)
+                return NOT_COORDINATOR
+            except Exception as e:
+                log.warning("group %s: transactional offsets of producer %d not completed: %s", group_id,
+                            producer_id, e)
+                self._unload(group_id)
+                return COORDINATOR_NOT_AVAILABLE
+            if self._same_claim(group_id, lease):
+                self.txn_pending.get(group_id, {}).pop(producer_id, None)
+                if offsets:
+                    self.core.offsets_committed(group_id, offsets)
+            log.info("group %s: %d transactional offsets of producer %d %s", group_id,
+                     0 if pending is None else len(pending.offsets), producer_id,
+                     "committed" if commit else "aborted")
+            return NONE

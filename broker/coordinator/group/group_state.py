@@ -740,3 +740,18 @@ def coordinator_for(group_id: str, live_brokers: list[int]) -> int:
         return -1
     brokers = sorted(live_brokers)
     return brokers[zlib.crc32(group_id.encode()) % len(brokers)]
+
+
+# Transactions (KIP-98): a transaction that committed offsets (TxnOffsetCommit) closes them with a
+# marker on the group's partition of __consumer_offsets, as Kafka does; here no such topic exists, so
+# the partition is only a name for a set of groups, numbered as Kafka numbers them (the group id's
+# hash modulo offsets.topic.num.partitions, 50 by default) - crc32, stable across processes - and
+# independent of the live brokers, so that a marker names the same groups on every broker.
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+OFFSETS_TOPIC_PARTITIONS: Final = 50
+
+
+def offsets_partition_for(group_id: str) -> int:
+    import zlib
+
+    return zlib.crc32(group_id.encode()) % OFFSETS_TOPIC_PARTITIONS
