@@ -32,7 +32,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
@@ -222,6 +222,35 @@ class LogManager:
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
+
+    def make_replica_dirs(self, tps: Sequence[tuple[str, int]], threads: int = 8) -> int:
+        """Create the directories of new logs ahead of ``get_or_create_log``, several at a time, off
+        the event loop (the caller runs this in a thread): a mkdir costs ~0.3 ms here, on the loop
+        that is 3 s of a broker's 10,000 new partitions (issue 29); the disk serves several at
+        once. Only with one log directory: with several, ``get_or_create_log`` chooses one at
+        creation time and an empty directory made elsewhere would load as a second copy at the next
+        start. An empty directory is what ``Log.open`` makes itself, so a partition never created
+        after all (a LeaderAndIsr refused meanwhile) leaves what a crash right after its mkdir
+        would. Returns how many were made."""
+        if len(self.log_dirs) != 1 or not tps:
+            return 0
+        d = self.log_dirs[0]
+        paths = [self._replica_dir(d, t, p) for t, p in tps if (t, p) not in self._logs]
+
+        def make(chunk: Sequence[Path]) -> int:
+            made = 0
+            for path in chunk:
+                try:
+                    path.mkdir()
+                    made += 1
+                except FileExistsError:
+                    pass
+            return made
+
+        if len(paths) < 2 * threads:
+            return make(paths)
+        with ThreadPoolExecutor(threads, thread_name_prefix="log-dirs") as pool:
+            return sum(pool.map(make, [paths[i::threads] for i in range(threads)]))
 
     def get_or_create_log(self, topic: str, partition: int, now_ms: int,
                           config: LogConfig | None = None) -> Log:

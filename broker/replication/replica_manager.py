@@ -61,6 +61,10 @@ ISR_CHANGE_BATCH_MS = 100
 ISR_CHANGE_BATCH_MAX = 5000
 
 
+# A LeaderAndIsr creating at least this many logs makes their directories in threads first.
+PREPARE_DIRS_MIN = 16
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -136,6 +140,19 @@ class ReplicaManager:
             return False
         self.controller_epoch = epoch
         return True
+
+    async def prepare_leader_and_isr(self, req: pb.LeaderAndIsrRequest) -> None:
+        """Before ``handle_leader_and_isr``: the directories of the partitions it will create, made
+        in a thread (several at once), so that creating thousands of partitions does not hold the
+        event loop in mkdir (issue 29). The same checks as ``_apply_partition_state`` pick them;
+        if the request is refused meanwhile, empty directories are what a crash leaves too."""
+        if req.controller_epoch < self.controller_epoch:
+            return
+        new = [(s.topic_name, s.partition_index) for s in req.partition_states
+               if self.broker_id in s.replicas and (s.topic_name, s.partition_index) not in self.partitions
+               and topic_name_error(s.topic_name) is None and 0 <= s.partition_index <= MAX_PARTITION]
+        if len(new) >= PREPARE_DIRS_MIN:
+            await asyncio.to_thread(self.log_manager.make_replica_dirs, new)
 
     def handle_leader_and_isr(self, req: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
         if not self._check_controller_epoch(req.controller_epoch, "LeaderAndIsr"):
@@ -510,7 +527,8 @@ class ReplicaManager:
             raise errors.InvalidRequestError(f"a fetch may forget at most {limit} partitions")
         fctx = self.fetch_sessions.new_context(
             session_id=req.session_id if req.HasField("session_id") else None, epoch=req.session_epoch,
-            replica_id=req.replica_id, named=named, forgotten=forgotten, now_ms=now_ms(), max_partitions=limit)
+            replica_id=req.replica_id, named=named, forgotten=forgotten, now_ms=now_ms(), max_partitions=limit,
+            read_committed=not follower and req.isolation_level == pb.READ_COMMITTED)
         if follower and fctx.session is not None:
             # A partition the follower stopped fetching is no longer kept alive by its session's clock.
             for tp in forgotten:
@@ -585,7 +603,7 @@ class ReplicaManager:
                     (cp.current_leader_epoch >= 0 and cp.current_leader_epoch != p.leader_epoch):
                 return True  # an error to report
             lg = p.log
-            bound = lg.log_end_offset if follower else lg.high_watermark
+            bound = _session_bound(session, lg, follower)
             if not lg.log_start_offset <= cp.fetch_offset < bound or \
                     (follower and cp.log_start_offset < lg.log_start_offset != cp.answered_log_start_offset):
                 return True  # out of range, or a moved log start to report: _session_ready said so
@@ -608,7 +626,7 @@ class ReplicaManager:
         if cp.current_leader_epoch >= 0 and cp.current_leader_epoch != p.leader_epoch:
             return True
         lg = p.log
-        bound = lg.log_end_offset if follower else lg.high_watermark
+        bound = _session_bound(session, lg, follower)
         if follower and cp.log_start_offset < lg.log_start_offset != cp.answered_log_start_offset:
             return True  # DeleteRecords moved the log start: the follower follows it (and says so) now
         return cp.fetch_offset < bound or not lg.log_start_offset <= cp.fetch_offset <= lg.log_end_offset
@@ -1155,6 +1173,14 @@ def _add_aborted_transactions(pr: pb.FetchPartitionResponse, lg: Log, fetch_offs
         pos += size
     for txn in lg.collect_aborted_transactions(fetch_offset, end):
         pr.aborted_transactions.add(producer_id=txn.producer_id, first_offset=txn.first_offset)
+
+
+def _session_bound(session: FetchSession, lg: Log, follower: bool) -> int:
+    """Where a session's fetch may read to: a follower the log end, a read_committed consumer the
+    last stable offset (KIP-98: records of an open transaction do not answer it), others the HW."""
+    if follower:
+        return lg.log_end_offset
+    return lg.last_stable_offset() if session.read_committed else lg.high_watermark
 
 
 def _epoch_of(part: pb.FetchPartition | pb.ListOffsetsPartition | pb.OffsetForLeaderPartition) -> int:

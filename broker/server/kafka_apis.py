@@ -134,7 +134,7 @@ class KafkaApis:
             "EndTxn": _wired(txn, "end_txn"),
             "TxnOffsetCommit": _wired(txn, "txn_offset_commit"),
             # The control plane: admitted by handle_control first.
-            "LeaderAndIsr": _sync(lambda req, _ctx: rm.handle_leader_and_isr(req)),
+            "LeaderAndIsr": _leader_and_isr(rm),
             "UpdateMetadata": _sync(lambda req, _ctx: rm.handle_update_metadata(req)),
             "StopReplica": _sync(lambda req, _ctx: rm.handle_stop_replica(req)),
             "ControlledShutdown": control.controlled_shutdown,
@@ -266,6 +266,20 @@ def partition_error_counts(resp: Any, slice_size: int = ERROR_COUNT_SLICE) -> Ge
         if (i + 1) % slice_size == 0:
             yield
     return tally
+
+
+def _leader_and_isr(rm: ReplicaManager) -> Callable[[pb.LeaderAndIsrRequest, RequestContext],
+                                                   Awaitable[pb.LeaderAndIsrResponse]]:
+    """LeaderAndIsr: new logs' directories made off the loop first, then applied as before; one
+    request at a time, in arrival order (an asyncio.Lock is FIFO), as the await would otherwise let
+    a later, smaller request be applied first."""
+    lock = asyncio.Lock()
+
+    async def call(req: pb.LeaderAndIsrRequest, _ctx: RequestContext) -> pb.LeaderAndIsrResponse:
+        async with lock:
+            await rm.prepare_leader_and_isr(req)
+            return rm.handle_leader_and_isr(req)
+    return call
 
 
 def _sync(handler: Callable[[Q, RequestContext], R]) -> Callable[[Q, RequestContext], Awaitable[R]]:

@@ -1,0 +1,96 @@
+"""Creating many partitions does not hold the event loop in mkdir (issue 29, SPEC S15): a
+LeaderAndIsr that creates at least PREPARE_DIRS_MIN logs has their directories made in threads
+first (``ReplicaManager.prepare_leader_and_isr`` -> ``LogManager.make_replica_dirs``), then is
+applied as before. A real replica manager on real logs, no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.log.config import LogConfig
+from broker.log.manager import LogManager
+from broker.replication.replica_manager import PREPARE_DIRS_MIN, BrokerSettings, ReplicaManager
+from broker.server.metadata_cache import MetadataCache
+from proto import minikafka_pb2 as pb
+
+E = pb.ErrorCode
+BROKER = 1
+
+
+class FakeZk:
+    def update_partition_state(self, _t: str, _p: int, _state: Any, expected_version: int) -> int:
+        return expected_version + 1
+
+    def create_isr_change_notification(self, _tps: Any) -> None:
+        pass
+
+
+def request(topic: str, n: int, replicas: tuple[int, ...] = (BROKER, 2), controller_epoch: int = 1) \
+        -> pb.LeaderAndIsrRequest:
+    return pb.LeaderAndIsrRequest(controller_id=2, controller_epoch=controller_epoch, partition_states=[
+        pb.LeaderAndIsrPartitionState(topic_name=topic, partition_index=p, controller_epoch=controller_epoch,
+                                      leader=BROKER, leader_epoch=0, isr=list(replicas), zk_version=0,
+                                      replicas=list(replicas))
+        for p in range(n)])
+
+
+def managers(tmp_path: Path, dirs: int = 1) -> tuple[LogManager, ReplicaManager]:
+    cfg = LogConfig()
+    lm = LogManager([tmp_path / f"logs{i}" for i in range(dirs)], cfg)
+    lm.startup(0)
+    rm = ReplicaManager(BrokerSettings(BROKER, 10_000, cfg), lm, FakeZk(), MetadataCache(),  # type: ignore[arg-type]
+                        lambda _t: cfg)
+    return lm, rm
+
+
+def test_new_partitions_directories_are_made_off_the_event_loop(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    lm, rm = managers(tmp_path)
+    n = PREPARE_DIRS_MIN * 4
+    loop_thread = threading.get_ident()
+    made_on: list[int] = []
+    real_mkdir = Path.mkdir
+
+    def mkdir(self: Path, *args: Any, **kwargs: Any) -> None:
+        if self.name.startswith("t-"):
+            made_on.append(threading.get_ident())
+        real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+
+    async def run() -> pb.LeaderAndIsrResponse:
+        req = request("t", n)
+        await rm.prepare_leader_and_isr(req)
+        return rm.handle_leader_and_isr(req)
+
+    resp = asyncio.run(run())
+    assert [e.error_code for e in resp.partition_errors] == [E.NONE] * n
+    assert len(made_on) >= n and loop_thread not in made_on[:n], "the directories were made on the event loop"
+    assert all(lm.get_log("t", p) is not None for p in range(n))
+    assert sorted(p.name for p in (tmp_path / "logs0").iterdir() if p.name.startswith("t-")) == \
+        sorted(f"t-{p}" for p in range(n))
+
+
+def test_nothing_is_made_ahead_for_what_the_request_will_not_create(tmp_path: Path) -> None:
+    _lm, rm = managers(tmp_path)
+    n = PREPARE_DIRS_MIN * 2
+    rm.controller_epoch = 5
+
+    async def prepare(req: pb.LeaderAndIsrRequest) -> None:
+        await rm.prepare_leader_and_isr(req)
+
+    asyncio.run(prepare(request("stale", n, controller_epoch=4)))   # a deposed controller's
+    asyncio.run(prepare(request("other", n, replicas=(2, 3), controller_epoch=5)))  # not a replica here
+    assert not [p for p in (tmp_path / "logs0").iterdir() if p.name.startswith(("stale-", "other-"))]
+
+
+def test_several_log_directories_choose_at_creation(tmp_path: Path) -> None:
+    """With several log.dirs the directory is chosen when the log is created: nothing ahead."""
+    lm, _rm = managers(tmp_path, dirs=2)
+    assert lm.make_replica_dirs([("t", p) for p in range(PREPARE_DIRS_MIN * 2)]) == 0
+    assert not [p for d in ("logs0", "logs1") for p in (tmp_path / d).iterdir() if p.name.startswith("t-")]
