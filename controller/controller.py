@@ -310,7 +310,21 @@ class KafkaController:
             scope = Scope(self.ctx.copy(), Plan(RequestBatch(controller_id=self.broker_id)), self.zk,
                           self.settings.unclean_leader_election_enable)
             result = fn(scope)
-            commit = self.zk.commit_guarded(self.ctx.epoch_zk_version, scope.plan.writes)
+            try:
+                commit = self.zk.commit_guarded(self.ctx.epoch_zk_version, scope.plan.writes)
+            except PartialCommitError as e:
+                # Several multis, a later one conflicted (e.g. a leader's own ISR change among
+                # thousands of partitions): take what was applied, refresh what conflicted and plan
+                # again, as Kafka's updateLeaderAndIsr retries only the partitions that failed -
+                # rather than resign or reload everything (~3 s at 10,000 partitions, issue 29).
+                taken = self._take_applied(scope.ctx, scope.plan.writes, e)
+                if taken is None:
+                    raise
+                log.info("controller %d: %d of %d writes applied before a conflict on %s (attempt %d); "
+                         "refreshing and planning again", self.broker_id, len(e.applied), len(scope.plan.writes),
+                         sorted(e.current)[:3], attempt + 1)
+                refreshed |= taken
+                continue
             if commit.applied:
                 self.ctx = scope.ctx
                 # A partition someone else changed under us: its replicas may not have heard of
@@ -324,6 +338,53 @@ class KafkaController:
                      sorted(commit.current), attempt + 1)
             refreshed |= self._refresh(commit.current)
         raise ControllerStateError(f"writes kept conflicting after {MAX_CONFLICT_RETRIES} attempts")
+
+    def _take_applied(self, planned: ControllerContext, writes: list[ZkWrite],
+                      e: PartialCommitError) -> set[TopicPartition] | None:
+        """After a partial commit: the partitions whose every planned write was applied take their
+        planned state (leadership, partition and replica states) from ``planned``; the others take
+        what ZooKeeper holds now. Returns those partitions (their replicas must hear of them), or
+        None when something other than partition states was written (then the caller gives up)."""
+        def partition_of(path: str) -> TopicPartition | None:
+            parts = path.split("/")
+            if len(parts) == 7 and parts[:3] == ["", "brokers", "topics"] and parts[4] == "partitions" \
+                    and parts[6] == "state" and parts[5].isdigit():
+                return parts[3], int(parts[5])
+            return None
+
+        def is_parent(w: ZkWrite) -> bool:  # a new partition's /partitions and /partitions/<p> znodes
+            parts = w.path.split("/")
+            return w.kind == "create" and parts[:3] == ["", "brokers", "topics"] and len(parts) in (5, 6) \
+                and parts[4] == "partitions"
+
+        if any(partition_of(w.path) is None and not is_parent(w) for w in writes):
+            return None
+        applied = set(e.applied)
+        done: set[TopicPartition] = set()
+        partial: set[TopicPartition] = set()
+        for w in writes:
+            tp = partition_of(w.path)
+            if tp is not None:
+                (done if w in applied else partial).add(tp)
+        done -= partial  # a partition written twice in the plan, once applied: read it back
+        ctx = self.ctx
+        for tp in done:
+            if tp in planned.leadership:
+                ctx.leadership[tp] = planned.leadership[tp]
+            if tp in planned.partition_states:
+                ctx.partition_states[tp] = planned.partition_states[tp]
+            for r in planned.replicas(tp):
+                if (tp, r) in planned.replica_states:
+                    ctx.replica_states[(tp, r)] = planned.replica_states[(tp, r)]
+        # Written in a multi not attempted (or only in part): as ZooKeeper holds them now.
+        stale = sorted(partial - {partition_of(p) for p in e.current})
+        found = self.zk.get_partition_states(stale) if stale else {}  # pipelined
+        for tp in stale:
+            if tp in found:
+                ctx.leadership[tp] = found[tp]
+            else:
+                ctx.leadership.pop(tp, None)
+        return done | set(stale) | self._refresh(e.current)
 
     def _refresh(self, current: dict[str, tuple[bytes, int] | None]) -> set[TopicPartition]:
         """Take what ZooKeeper holds for the paths that conflicted; returns the partitions whose
@@ -499,7 +560,8 @@ class KafkaController:
         self._arm_watches()
         for attempt in range(MAX_CONFLICT_RETRIES):
             try:
-                self._run_planned(self._load_and_resume)
+                self._load()
+                self._run_planned(self._resume)
                 break
             except PartialCommitError as e:
                 # Resuming thousands of partitions takes several multis; leaders changing ISRs
@@ -521,20 +583,15 @@ class KafkaController:
         if self.settings.auto_leader_rebalance_enable:
             self._schedule_rebalance(gen)
 
-    def _load_and_resume(self, s: Scope) -> None:
-        ctx = s.ctx
-        ctx.live_brokers.clear()
-        ctx.assignments.clear()
-        ctx.leadership.clear()
-        ctx.partition_states.clear()
-        ctx.replica_states.clear()
+    def _load(self) -> None:
+        """The failover's reads, into the context: nothing is written here, so a conflict of the
+        resume's writes plans again from this (refreshed where it conflicted), not from a reload."""
+        ctx = self.ctx = ControllerContext(epoch=self.ctx.epoch, epoch_zk_version=self.ctx.epoch_zk_version)
         for reg in self.zk.get_all_brokers().values():
             ctx.live_brokers[reg.broker_id] = reg
-            s.plan.add_brokers.append(reg)
         # Pipelined reads (Kafka 1.1): one read per znode one after another took ~14 s for 10,000
         # partitions, while their leaders shrank ISRs under the stale copy - the commit then
         # conflicted half-way (issue 29).
-        ctx.reassignments.clear()
         topics = self.zk.get_topics()
         assignments = self.zk.get_full_assignments_with_versions(topics)
         configs = self.zk.get_topic_configs(list(assignments))
@@ -554,6 +611,12 @@ class KafkaController:
             else:
                 ctx.partition_states[tp] = PartitionState.OFFLINE
         ctx.topics_to_be_deleted.update(t for t in self.zk.get_topics_to_delete() if t in ctx.assignments)
+
+    def _resume(self, s: Scope) -> None:
+        """The failover's plan from the loaded context: every broker told everything, elections
+        where leaders are gone, dead replicas out of ISRs, reassignments resumed."""
+        ctx = s.ctx
+        s.plan.add_brokers.extend(reg for _, reg in sorted(ctx.live_brokers.items()))
         batch = s.plan.batch
         batch.add_update_metadata(set(ctx.live_brokers), ctx.all_partitions())
         for tp in ctx.all_partitions():

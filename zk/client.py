@@ -136,7 +136,16 @@ MAX_MULTI_BYTES: Final = 512 * 1024
 
 class PartialCommitError(KafkaError):
     """A commit too large for one multi was applied only in part (a later multi conflicted). The
-    caller must not run on: the controller resigns and reloads; the group coordinator reloads."""
+    caller must not run on as if it all applied: the controller takes what was applied and what
+    conflicted (``applied``, ``current``) and plans again when it can (only partition states were
+    written), else resigns and reloads; the group coordinator reloads."""
+
+    def __init__(self, message: str = "", applied: Sequence[ZkWrite] = (),
+                 current: dict[str, tuple[bytes, int] | None] | None = None) -> None:
+        super().__init__(message)
+        self.applied = tuple(applied)
+        # The current (data, version) of every path of the multi that conflicted, None where absent.
+        self.current = dict(current or {})
 
 
 def multi_chunks(writes: Sequence[ZkWrite], limit: int) -> list[list[ZkWrite]]:
@@ -430,7 +439,9 @@ class KafkaZkClient:
                 if i == 0:
                     return result  # nothing applied: the caller refreshes and plans again
                 raise PartialCommitError(f"{i} of {len(chunks)} multis applied before a conflict on "
-                                         f"{sorted(result.current)[:3]}")
+                                         f"{sorted(result.current)[:3]}",
+                                         applied=[w for applied in chunks[:i] for w in applied],
+                                         current=result.current)
         return CommitResult(True)
 
     def _commit_multi(self, epoch_zk_version: int, writes: Sequence[ZkWrite], guard: str) -> CommitResult:

@@ -8,7 +8,7 @@ import asyncio
 import inspect
 from dataclasses import replace
 from typing import Any
-from unittest.mock import MagicMock
+from unittest.mock import AsyncMock, MagicMock
 
 from google.protobuf.message import Message
 
@@ -50,6 +50,7 @@ def test_every_grpc_method_is_served_not_left_unimplemented() -> None:
 
 def _apis(**control: Any) -> tuple[KafkaApis, MagicMock]:
     rm = MagicMock(controller_epoch=5)
+    rm.prepare_leader_and_isr = AsyncMock()  # a LeaderAndIsr makes new logs' directories first
     shutdown = MagicMock()
     defaults: dict[str, Any] = {"broker_id": 1, "broker_epoch": lambda: 100, "zk": MagicMock(),
                                 "controlled_shutdown": shutdown}
