@@ -52,9 +52,16 @@ The brokers run with ``zookeeper.session.timeout.ms=10000`` as the other benches
 start and end: other processes on the machine share its cores with the brokers and this
 process (librdkafka's threads run here, and their CPU is printed as ``client CPU``).
 
+With ``--client minikafka`` the produce phases use this project's Producer, which sends one request
+per leader naming every partition with a ready batch (as Kafka's Java client); librdkafka sends one
+request per partition (its issue #1700), so at thousands of partitions its spread figure is the
+cost of a one-record request. ``--profile-dir DIR`` records each broker with py-spy during the
+spread phases (collapsed stacks, one file per broker and phase).
+
     python bench/partition_scale_bench.py [--partitions 3000] [--records 200000] [--phase-seconds 120]
                                           [--topic-partitions 100] [--create-batch 1] [--idle-seconds 10]
-                                          [--failover] [--json]
+                                          [--failover] [--client librdkafka|minikafka] [--profile-dir DIR]
+                                          [--json]
     python bench/partition_scale_bench.py --partitions 300 --records 20000     # quick smoke run
 """
 
