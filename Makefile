@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 PYTEST_ARGS ?=
 
-.PHONY: setup venv proto codec system-packages lint typecheck test unit integration fuzz quickstart chaos bench bench-scale clean
+.PHONY: setup venv proto codec system-packages lint typecheck test unit integration fuzz quickstart chaos compose-test bench bench-scale clean
 
 setup: venv proto codec system-packages
 
@@ -53,6 +53,12 @@ integration: setup
 # failing example (in MINIKAFKA_FUZZ_JOURNAL) instead of stopping at the first.
 fuzz: setup
 	MINIKAFKA_FUZZ_PROFILE=long $(BIN)/pytest tests/fuzz --timeout 3600 $(PYTEST_ARGS)
+
+# docker-compose.yml for real (issue 35): images built, cluster up, clients, a leader SIGKILLed under
+# load, the secure override, `down -v` (tests/deploy; `make test` runs it too). Needs root for a Docker
+# engine of its own (Debian's docker.io) and debootstrap when no image registry answers.
+compose-test: setup
+	$(BIN)/pytest tests/deploy $(PYTEST_ARGS)
 
 # The README's first command: start something real and show it working.
 quickstart: setup

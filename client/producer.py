@@ -109,6 +109,9 @@ def wall_clock_offset_ms() -> float:
 
 
 class Producer:
+    # A transactional producer's state (set by __init__ when a transactional_id is given).
+    _txn: TransactionManager | None = None
+
     def __init__(self, bootstrap_servers: str | Sequence[str] | None = None, *, acks: int | str = "all",
                  enable_idempotence: bool = True, linger_ms: int = 5, batch_size: int = 16384,
                  compression_type: str | None = None, max_in_flight: int = 5, retries: int = 2_147_483_647,

@@ -18,7 +18,9 @@ offset, log start, current leader epoch, max bytes) and what the answers said
   names only partitions added or whose fetch state changed, and ``forgotten``
   those that leave; the others keep their cached state;
 * the answer to an incremental fetch lists only partitions with something
-  new: records, a moved high watermark or log start, or an error.
+  new: records, a moved high watermark or log start, or an error;
+* the session keeps the last fetch's isolation level: a read_committed
+  consumer's parked fetch waits for records below the last stable offset.
 
 To keep the leader's work per fetch proportional to what moved, each session
 keeps a **dirty** set: the partitions the last request named, plus those the
@@ -134,6 +136,10 @@ class FetchSession:
     # fetch puts its unready candidates back in ``dirty``, and a mark must still wake it.
     fresh: set[TopicPartition] = field(default_factory=set)
     closed: bool = False
+    # The isolation level of the last fetch on the session (KIP-98): a read_committed consumer's
+    # parked fetch may answer only with records below the last stable offset, not the high watermark
+    # - else an open transaction answers it at once, empty, and the consumer refetches in a loop.
+    read_committed: bool = False
 
     @property
     def privileged(self) -> bool:
@@ -187,8 +193,9 @@ class FetchSessionCache:
 
     def new_context(self, *, session_id: int | None, epoch: int | None, replica_id: int,
                     named: Iterable[tuple[TopicPartition, PartitionFetch]], forgotten: Iterable[TopicPartition],
-                    now_ms: int, max_partitions: int = 1 << 31) -> FetchContext:
+                    now_ms: int, max_partitions: int = 1 << 31, read_committed: bool = False) -> FetchContext:
         """Apply one fetch request's session fields (Kafka's FetchManager.newContext).
+        ``read_committed``: the request's isolation level, kept on the session it opens or updates.
 
         Raises FetchSessionIdNotFoundError / InvalidFetchSessionEpochError, or InvalidRequestError
         when an incremental fetch would hold more than ``max_partitions`` partitions."""
@@ -203,6 +210,7 @@ class FetchSessionCache:
             session = self._create(replica_id, now_ms)
             if session is None:
                 return FetchContext(SESSIONLESS, None)
+            session.read_committed = read_committed
             for tp, f in named:
                 self._add(session, tp, f)
             session.dirty.clear()
@@ -231,6 +239,7 @@ class FetchSessionCache:
                 f"{self.max_consumer_partitions} partitions on this broker")
         session.epoch = next_epoch(session.epoch)
         session.last_used_ms = now_ms
+        session.read_committed = read_committed
         return FetchContext(INCREMENTAL, session)
 
     def mark_changed(self, tp: TopicPartition) -> list[int]:

@@ -540,9 +540,31 @@ def build_config(props: Mapping[str, str]) -> BrokerConfig:
     return cfg
 
 
+# A host no client can connect to: Kafka refuses it in advertised listeners (KafkaConfig).
+NONROUTABLE_HOSTS = ("0.0.0.0", "::", "[::]")
+
+
+def check_advertised(key: str, value: str, listeners: list[Listener], listeners_key: str) -> None:
+    """Kafka's checks of advertised listeners (KafkaConfig.validateValues): every advertised name is
+    a listener's, and no advertised host is the wildcard meta-address - brokers on other hosts and
+    clients would be told to connect to 0.0.0.0 (issue 32: the most common deployment mistake)."""
+    names = {x.name for x in listeners}
+    for item in (i.strip() for i in value.split(",") if i.strip()):
+        name, _sep, address = item.partition("://")
+        host = address.rpartition(":")[0]
+        if host in NONROUTABLE_HOSTS:
+            raise ConfigError(f"{key} cannot use the nonroutable meta-address {host} ({item}). Use a routable IP "
+                              f"address or host name that other brokers and clients reach this broker by "
+                              f"({listeners_key} may bind {host})")
+        if name.upper() not in names:
+            raise ConfigError(f"{key}: listener name {name!r} is not in {listeners_key}; advertised listener "
+                              f"names must be equal to or a subset of the ones defined in {listeners_key}")
+
+
 def check_listeners(cfg: BrokerConfig) -> None:
     """The listener rules of SPEC S12.1, at start-up."""
     listeners = cfg.listener_list
+    check_advertised("advertised.listeners", cfg.advertised_listeners, listeners, "listeners")
     cfg.advertised_listener_list  # noqa: B018 - parses advertised.listeners
     inter = cfg.inter_broker_listener
     control = cfg.control_plane_listener
@@ -586,6 +608,7 @@ def check_kafka_listeners(cfg: BrokerConfig) -> None:
     * when every gRPC client listener authenticates, no Kafka listener that does not (PLAINTEXT,
       or SSL without ``ssl.client.auth=required``) - an anonymous port would bypass it."""
     kafka = cfg.kafka_listener_list
+    check_advertised("advertised.kafka.listeners", cfg.advertised_kafka_listeners, kafka, "kafka.listeners")
     cfg.advertised_kafka_listener_list  # noqa: B018 - parses advertised.kafka.listeners
     if not kafka:
         return

@@ -239,7 +239,8 @@ def ensemble_peers(ports: list[int], host: str = "127.0.0.1") -> tuple[ZkPeer, .
     """Servers 1..N from ports (client, quorum, election per server, in that order) (pure)."""
     if not ports or len(ports) % 3:
         raise ValueError(f"three ports per ZooKeeper server, got {len(ports)}")
-    return tuple(ZkPeer(i + 1, *ports[3 * i:3 * i + 3], host=host) for i in range(len(ports) // 3))
+    return tuple(ZkPeer(i + 1, ports[3 * i], ports[3 * i + 1], ports[3 * i + 2], host=host)
+                 for i in range(len(ports) // 3))
 
 
 def fixed_zookeeper_ports(servers: int) -> list[int]:
@@ -547,14 +548,18 @@ class LocalCluster:
     def __init__(self, directory: Path, *, zookeeper: str | None = None,
                  broker_overrides: dict[str, str] | None = None,
                  broker_netns: dict[int, tuple[str, str]] | None = None,
-                 zk_digest: tuple[str, str] | None = None, fixed_ports: bool = False) -> None:
+                 zk_digest: tuple[str, str] | None = None, fixed_ports: bool = False,
+                 wildcard_listeners: bool = False) -> None:
         """``fixed_ports``: the documented ports (ZooKeeper 2181, brokers' Kafka listeners from 9092,
         gRPC from 9392) where free;
         else (the tests) free ports. ``notices`` says when fixed ports were taken.
         ``broker_netns``: broker id -> (network namespace, address in it) for brokers that run in
         namespaces of their own (tests/chaos' network partition); others listen on 127.0.0.1.
-        ``zk_digest``: the ZooKeeper credential brokers use (default: a new random one)."""
+        ``zk_digest``: the ZooKeeper credential brokers use (default: a new random one).
+        ``wildcard_listeners``: brokers bind 0.0.0.0 and advertise their host (``advertised.listeners``,
+        ``advertised.kafka.listeners``), as on machines of their own (tests/chaos' multi-host run)."""
         self.zk_digest = zk_digest
+        self.wildcard_listeners = wildcard_listeners
         self.dir = directory.resolve()
         self.broker_netns = dict(broker_netns or {})
         self.external_zk = zookeeper
@@ -736,6 +741,11 @@ class LocalCluster:
         assert self.state is not None
         props = broker_properties(b, self.state.zookeeper_connect, bdir / "data", n, self.state.secrets,
                                   self.state.secure)
+        if self.wildcard_listeners:
+            for key in ("listeners", "kafka.listeners"):
+                if key in props:
+                    props[f"advertised.{key}"] = props[key]
+                    props[key] = props[key].replace(f"//{b.host}:", "//0.0.0.0:")
         props.update(self.overrides)
         cfg = bdir / "server.properties"
         cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -870,12 +880,14 @@ class LocalCluster:
         out = []
         for z in state.zookeepers:
             alive = pid_alive(z.pid)
+            paused = alive and pid_paused(z.pid)  # SIGSTOPped: it would not answer `srvr`
             try:
-                mode = zookeeper_mode(four_letter_word(z.host, z.client_port, "srvr")) if alive else "down"
+                mode = "down" if not alive else "paused" if paused else \
+                    zookeeper_mode(four_letter_word(z.host, z.client_port, "srvr"))
             except OSError:
                 mode = "no answer"
             out.append({"id": z.server_id, "name": f"zk-{z.server_id}", "address": z.address, "pid": z.pid,
-                        "alive": alive, "paused": alive and pid_paused(z.pid), "mode": mode})
+                        "alive": alive, "paused": paused, "mode": mode})
         return out
 
     # ------------------------------------------------------------ single brokers

@@ -24,6 +24,13 @@ the read skips them, and a range whose tail was compacted away ends at its
 ``until`` (``options.after_fetch``: only a log start beyond the offset expected
 is data loss, as in Spark's Kafka source).
 
+With ``read_committed`` (``kafka.isolation.level``) offsets are listed and
+records fetched read_committed: the leader answers up to the last stable offset
+with the aborted transactions overlapping the answer, whose batches
+``client.txn_filter.drop_aborted`` removes before decoding (control batches
+never become rows, in either isolation level). A range may then hold fewer rows
+than offsets; the read still moves past the dropped batches.
+
 ``write_arrow_batches`` is the sink: rows with ``value`` (and optional
 ``key``, ``topic``, ``partition``, ``headers``) go through the idempotent
 producer with acks=all; any failed record fails the task, like Spark's Kafka
@@ -43,6 +50,7 @@ from client.connection import ClusterView
 from client.producer import FutureRecordMetadata, Producer
 from client.spark.connection_cache import CONNECTIONS, ConnectionCache, ViewKey
 from client.spark.options import TP, DataLossError, OffsetRange, SparkOptionError, Subscription, after_fetch
+from client.txn_filter import drop_aborted
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto.columnar import RecordColumns, decode_columns, to_arrow
@@ -70,9 +78,11 @@ def list_partitions(view: ClusterView, subscription: Subscription) -> list[TP]:
     return subscription.select(available)
 
 
-def list_offsets(view: ClusterView, timestamps: dict[TP, int], timeout_s: float = 30.0) -> dict[TP, int]:
-    """ListOffsets per leader: -2 = log start, -1 = high watermark, else the first offset at or after
-    the time (-1 when there is none). Retries retriable errors and leader moves until ``timeout_s``."""
+def list_offsets(view: ClusterView, timestamps: dict[TP, int], timeout_s: float = 30.0, *,
+                 read_committed: bool = False) -> dict[TP, int]:
+    """ListOffsets per leader: -2 = log start, -1 = high watermark (the last stable offset when
+    ``read_committed``), else the first offset at or after the time (-1 when there is none). Retries
+    retriable errors and leader moves until ``timeout_s``."""
     out: dict[TP, int] = {}
     deadline = time.monotonic() + timeout_s
     while True:
@@ -88,7 +98,7 @@ def list_offsets(view: ClusterView, timestamps: dict[TP, int], timeout_s: float 
                 continue
             by_leader.setdefault(pl.leader, []).append(tp)
         for leader, tps in by_leader.items():
-            req = pb.ListOffsetsRequest(replica_id=-1)
+            req = pb.ListOffsetsRequest(replica_id=-1, isolation_level=_isolation(read_committed))
             for topic in dict.fromkeys(t for t, _p in tps):
                 req.topics.add(name=topic, partitions=[
                     pb.ListOffsetsPartition(partition=p, timestamp=pending[(t, p)],
@@ -130,14 +140,15 @@ class RangeReadError(RuntimeError):
 def read_range(bootstrap_servers: str, rng: OffsetRange, *, include_headers: bool, max_bytes: int,
                fail_on_data_loss: bool, request_timeout_ms: int, retry_timeout_ms: int,
                arrow_schema: Any, security: ChannelSecurity = PLAINTEXT_SECURITY,
-               cache: ConnectionCache | None = None) -> Iterator[Any]:
+               cache: ConnectionCache | None = None, read_committed: bool = False) -> Iterator[Any]:
     """Every record of ``rng`` exactly once, in offset order, as Arrow RecordBatches (one per fetch),
     read through a view borrowed from the worker's connection cache (``connection_cache``)."""
     cache = CONNECTIONS if cache is None else cache
     view = cache.borrow(ViewKey(bootstrap_servers, request_timeout_ms / 1000.0, security))
     try:
         for cols in read_columns(view, rng, include_headers=include_headers, max_bytes=max_bytes,
-                                 fail_on_data_loss=fail_on_data_loss, retry_timeout_s=retry_timeout_ms / 1000.0):
+                                 fail_on_data_loss=fail_on_data_loss, retry_timeout_s=retry_timeout_ms / 1000.0,
+                                 read_committed=read_committed):
             yield to_arrow(cols, rng.topic, rng.partition, arrow_schema)
     except BaseException:  # an error, or Spark stopped reading early: never lend this view again
         cache.discard(view)
@@ -145,17 +156,24 @@ def read_range(bootstrap_servers: str, rng: OffsetRange, *, include_headers: boo
     cache.give_back(view)  # the next task of this worker reads without connecting again
 
 
-def _send_fetch(view: ClusterView, topic: str, partition: int, position: int, max_bytes: int) -> Any:
+def _isolation(read_committed: bool) -> pb.IsolationLevel:
+    return pb.READ_COMMITTED if read_committed else pb.READ_UNCOMMITTED
+
+
+def _send_fetch(view: ClusterView, topic: str, partition: int, position: int, max_bytes: int,
+                read_committed: bool = False) -> Any:
     """A Fetch of ``topic-partition`` from ``position``, in flight (a gRPC future)."""
     conn, pl = view.leader_connection(topic, partition)
-    req = pb.FetchRequest(replica_id=-1, max_wait_ms=LONG_POLL_MS, min_bytes=1, max_bytes=max_bytes)
+    req = pb.FetchRequest(replica_id=-1, max_wait_ms=LONG_POLL_MS, min_bytes=1, max_bytes=max_bytes,
+                          isolation_level=_isolation(read_committed))
     req.topics.add(name=topic).partitions.add(partition=partition, fetch_offset=position,
                                               current_leader_epoch=pl.leader_epoch, partition_max_bytes=max_bytes)
     return conn.api.Fetch.future(req, timeout=LONG_POLL_MS / 1000.0 + view.timeout_s)
 
 
 def read_columns(view: ClusterView, rng: OffsetRange, *, include_headers: bool, max_bytes: int,
-                 fail_on_data_loss: bool, retry_timeout_s: float) -> Iterator[RecordColumns]:
+                 fail_on_data_loss: bool, retry_timeout_s: float,
+                 read_committed: bool = False) -> Iterator[RecordColumns]:
     """The records of ``rng`` as decoded columns, one ``RecordColumns`` per Fetch that returned any."""
     topic, partition, until = rng.topic, rng.partition, rng.until_offset
     position = rng.from_offset
@@ -172,7 +190,7 @@ def read_columns(view: ClusterView, rng: OffsetRange, *, include_headers: bool, 
                 if ahead is None or ahead[1] != position:
                     if ahead is not None:
                         ahead[0].cancel()
-                    ahead = (_send_fetch(view, topic, partition, position, max_bytes), position)
+                    ahead = (_send_fetch(view, topic, partition, position, max_bytes, read_committed), position)
                 fut, ahead = ahead[0], None
                 pr = fut.result().topics[0].partitions[0]
             except (grpc.RpcError, errors.KafkaError) as e:
@@ -199,15 +217,27 @@ def read_columns(view: ClusterView, rng: OffsetRange, *, include_headers: bool, 
                 last_problem = err.__name__
                 _refresh_after_error(view, topic)
                 continue
-            cols = decode_columns(pr.records, position, until, include_headers=include_headers)
+            records, dropped_to = pr.records, -1
+            if read_committed and pr.aborted_transactions:
+                records, dropped_to = drop_aborted(pr.records, [(a.producer_id, a.first_offset)
+                                                                for a in pr.aborted_transactions])
+            cols = decode_columns(records, position, until, include_headers=include_headers)
             if cols.error is not None:
                 base_offset, next_offset, reason = cols.error
                 raise errors.CorruptMessageError(f"{topic}-{partition}: the batch at offset {base_offset} is corrupt "
                                                  f"({reason}); the next batch starts at offset {next_offset}")
-            first = cols.offset_at(0) if cols.num_rows else _first_batch_past(pr.records, position)
-            next_position, loss = after_fetch(position, until, next_offset=cols.next_offset, first_offset=first,
-                                              high_watermark=pr.high_watermark,
-                                              log_start_offset=pr.log_start_offset)
+            if dropped_to >= 0:
+                # Aborted batches were dropped: the answer's own first batch tells data loss (not the
+                # first kept row), and the read moves past dropped batches at the answer's end too.
+                first = _first_batch_past(pr.records, position)
+                decoded_to = max(cols.next_offset, min(dropped_to, until))
+            else:
+                first = cols.offset_at(0) if cols.num_rows else _first_batch_past(pr.records, position)
+                decoded_to = cols.next_offset
+            # read_committed: everything below the LSO was answered (the HW bounds read_uncommitted).
+            bound = pr.last_stable_offset if read_committed else pr.high_watermark
+            next_position, loss = after_fetch(position, until, next_offset=decoded_to, first_offset=first,
+                                              high_watermark=bound, log_start_offset=pr.log_start_offset)
             if loss is not None:
                 msg = f"{topic}-{partition}: {loss}"
                 if fail_on_data_loss:
@@ -218,7 +248,8 @@ def read_columns(view: ClusterView, rng: OffsetRange, *, include_headers: bool, 
                 deadline = time.monotonic() + retry_timeout_s
                 if position < until:
                     try:  # pipelining: the broker serves the next range while Spark takes these rows
-                        ahead = (_send_fetch(view, topic, partition, position, max_bytes), position)
+                        ahead = (_send_fetch(view, topic, partition, position, max_bytes, read_committed),
+                                 position)
                     except (grpc.RpcError, errors.KafkaError) as e:
                         log.debug("cannot send the next fetch yet: %s", e)  # the loop sends it again
             else:

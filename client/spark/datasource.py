@@ -114,7 +114,7 @@ class _RangeReading:
             self.opts.bootstrap_servers, rng, include_headers=self.opts.include_headers,
             max_bytes=self.opts.max_partition_fetch_bytes, fail_on_data_loss=self.opts.fail_on_data_loss,
             request_timeout_ms=self.opts.request_timeout_ms, retry_timeout_ms=self.opts.read_retry_timeout_ms,
-            arrow_schema=arrow_schema, security=self.opts.security)
+            arrow_schema=arrow_schema, security=self.opts.security, read_committed=self.opts.read_committed)
 
     def _view(self) -> ClusterView:
         return ClusterView(self.opts.bootstrap_servers, timeout_s=self.opts.request_timeout_ms / 1000.0,
@@ -123,14 +123,16 @@ class _RangeReading:
     def _list(self, view: ClusterView, tps: Sequence[TP], timestamp: int) -> dict[TP, int]:
         if not tps:
             return {}
-        return cluster_io.list_offsets(view, {tp: timestamp for tp in tps}, timeout_s=self.opts.request_timeout_ms / 1000)
+        return cluster_io.list_offsets(view, {tp: timestamp for tp in tps}, timeout_s=self.opts.request_timeout_ms / 1000,
+                                       read_committed=self.opts.read_committed)
 
     def _starting_offsets(self, view: ClusterView, tps: Sequence[TP], earliest: dict[TP, int],
                           latest: dict[TP, int]) -> dict[TP, int]:
         stamps = None
         if self.opts.starting.by_timestamp:
             wanted = {tp: ts for tp in tps if (ts := self.opts.starting.timestamp_for(tp)) is not None}
-            stamps = cluster_io.list_offsets(view, wanted, timeout_s=self.opts.request_timeout_ms / 1000)
+            stamps = cluster_io.list_offsets(view, wanted, timeout_s=self.opts.request_timeout_ms / 1000,
+                                             read_committed=self.opts.read_committed)
         start = resolve_offsets(self.opts.starting, tps, earliest, latest, stamps)
         start, warnings = check_data_loss(start, earliest, latest, fail_on_data_loss=self.opts.fail_on_data_loss)
         for w in warnings:
@@ -157,9 +159,9 @@ class MinikafkaBatchReader(_RangeReading, DataSourceReader):
             raise
         CONNECTIONS.give_back(view)
         for tp, off in list(end.items()):
-            if off > latest[tp]:  # only committed records are read (SPEC S3.2)
-                log.warning("%s-%d: endingOffsets %d is above the high watermark %d; reading up to the HW",
-                            tp[0], tp[1], off, latest[tp])
+            if off > latest[tp]:  # only committed records are read (SPEC S3.2; read_committed: the LSO)
+                log.warning("%s-%d: endingOffsets %d is above the %s %d; reading up to it", tp[0], tp[1], off,
+                            "last stable offset" if self.opts.read_committed else "high watermark", latest[tp])
                 end[tp] = latest[tp]
         ranges = plan_ranges(start, end, self.opts.min_partitions)
         log.info("minikafka batch read: %d ranges, %d records", len(ranges), sum(r.size for r in ranges))

@@ -14,7 +14,7 @@ has listed from the cluster:
   / ``endingOffsets`` as ``earliest`` / ``latest`` / per-partition JSON with -2
   and -1, ``startingTimestamp`` / ``startingOffsetsByTimestamp``,
   ``failOnDataLoss``, ``minPartitions``, ``maxOffsetsPerTrigger``,
-  ``includeHeaders``), with Spark's validation (exactly one subscription,
+  ``includeHeaders``, ``kafka.isolation.level``), with Spark's validation (exactly one subscription,
   batch queries cannot start at ``latest`` nor end at ``earliest``, streams take
   no ``endingOffsets``).
 - ``resolve_offsets``: an ``OffsetSpec`` plus the listed earliest / latest /
@@ -33,7 +33,11 @@ has listed from the cluster:
   ``{topic: {partition: offset}}`` with string partition keys, as Spark writes it.
 
 "latest" always means the high watermark: only committed records are ever read
-(SPEC S3.2), and a range is fixed once planned, so a read is repeatable.
+(SPEC S3.2), and a range is fixed once planned, so a read is repeatable. With
+``kafka.isolation.level=read_committed`` (KIP-98, as Spark's Kafka source passes it
+to its consumer) "latest" is the last stable offset instead (ListOffsets with
+read_committed), so a range never reaches into an undecided transaction, and the
+executors fetch read_committed and drop the records of aborted transactions.
 """
 
 from __future__ import annotations
@@ -135,6 +139,7 @@ class SourceOptions:
     request_timeout_ms: int = 30_000
     read_retry_timeout_ms: int = 60_000
     security: ChannelSecurity = PLAINTEXT_SECURITY
+    read_committed: bool = False  # kafka.isolation.level=read_committed
 
 
 @dataclass(frozen=True)
@@ -250,6 +255,21 @@ def _partition_map(name: str, raw: str) -> dict[TP, int]:
     return out
 
 
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
+def _read_committed(opts: Mapping[str, str]) -> bool:
+    """``kafka.isolation.level``: the consumer's isolation.level, read_uncommitted by default (Kafka's)."""
+    raw = opts.get("kafka.isolation.level")
+    if raw is None:
+        return False
+    level = raw.strip().lower()
+    if level not in ISOLATION_LEVELS:
+        raise SparkOptionError(f"option 'kafka.isolation.level' must be read_uncommitted or read_committed, "
+                               f"got {raw!r}")
+    return level == "read_committed"
+
+
 def _subscription(opts: Mapping[str, str]) -> Subscription:
     given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
     if len(given) != 1:
@@ -348,6 +368,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         request_timeout_ms=_positive_int(opts, "kafka.request.timeout.ms") or 30_000,
         read_retry_timeout_ms=_positive_int(opts, "readRetryTimeoutMs") or 60_000,
         security=security_from(opts),
+        read_committed=_read_committed(opts),
     )
 
 

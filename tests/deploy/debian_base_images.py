@@ -56,6 +56,8 @@ class BaseImage:
     packages: tuple[str, ...]
     setup: str  # run in the root filesystem (chroot) after debootstrap
     changes: tuple[str, ...]  # `docker import --change` lines
+    # Trust this machine's own CAs too (below): pip reaches the package index over HTTPS.
+    trusts_local_cas: bool = False
 
     def recipe_hash(self) -> str:
         recipe = {"suite": SUITE, "mirror": MIRROR, "sources": DEBIAN_SOURCES, "clean": CLEAN, "tag": self.tag,
@@ -79,7 +81,7 @@ PYTHON = BaseImage(
            "python3.11-venv && python3.11 -m venv /usr/local && /usr/local/bin/python -m pip --version "
            "&& rm -f /usr/lib/python3.11/config-3.11-x86_64-linux-gnu/libpython3.11*.a "
            "&& find /usr/lib/python3.11 -name __pycache__ -prune -exec rm -rf {} +"),
-    changes=(f"ENV PATH={PATH}", "ENV LANG=C.UTF-8", 'CMD ["python3"]'))
+    changes=(f"ENV PATH={PATH}", "ENV LANG=C.UTF-8", 'CMD ["python3"]'), trusts_local_cas=True)
 BASE_IMAGES = (DEBIAN, PYTHON)
 
 
@@ -128,6 +130,27 @@ def build_rootfs_tar(image: BaseImage, out: Path, log: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+LOCAL_CAS = Path("/usr/local/share/ca-certificates")
+
+
+def _add_local_cas(docker: list[str], env: dict[str, str], tag: str) -> None:
+    """A machine whose HTTPS goes through a proxy of its own (a company's, or a sandbox's) trusts that
+    proxy's CA in /usr/local/share/ca-certificates; an image built from Debian here must trust it too
+    for ``pip install`` in a build to reach the package index (Debian's pip reads the system bundle).
+    Added as one thin layer on top of the cached root filesystem, so the cache does not depend on it.
+    Certificates only: public, nothing secret."""
+    certs = sorted(LOCAL_CAS.glob("*.crt")) if LOCAL_CAS.is_dir() else []
+    if not certs:
+        return
+    with tempfile.TemporaryDirectory(prefix="mk-cas-") as ctx:
+        for c in certs:
+            shutil.copy(c, Path(ctx) / c.name)
+        (Path(ctx) / "Dockerfile").write_text(
+            f"FROM {tag}\nCOPY *.crt /usr/local/share/ca-certificates/\nRUN update-ca-certificates\n")
+        subprocess.run([*docker, "build", "-q", "-t", tag, ctx], env={**env, "DOCKER_BUILDKIT": "0"}, check=True,
+                       capture_output=True, timeout=300)
+
+
 def ensure_base_images(docker: list[str], env: dict[str, str], log: Path,
                        pull_timeout_s: float = 60.0) -> list[str]:
     """Make every base image present in the engine: already there, else pulled, else imported from
@@ -156,6 +179,8 @@ def ensure_base_images(docker: list[str], env: dict[str, str], log: Path,
         changes = [x for c in image.changes for x in ("--change", c)]
         subprocess.run([*docker, "import", *changes, str(tar), image.tag], env=env, check=True, capture_output=True,
                        timeout=600)
+        if image.trusts_local_cas:
+            _add_local_cas(docker, env, image.tag)
         size_mb = tar.stat().st_size / 2**20
         done.append(f"{image.tag}: imported from Debian packages ({how}, {size_mb:.0f} MB, "
                     f"{time.monotonic() - t0:.0f} s in all; {tar.name})")

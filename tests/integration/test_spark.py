@@ -10,9 +10,12 @@ from typing import Any
 
 import pytest
 from helpers import ClusterFixture, wait_for
+from helpers import produce as produce_raw
 
 from client.admin import AdminClient, NewTopic
 from client.producer import Producer
+from proto import minikafka_pb2 as pb
+from proto.record_batch import Record, encode_batch
 
 pytest.importorskip("pyspark")
 pytestmark = pytest.mark.integration
@@ -110,6 +113,38 @@ def test_starting_and_ending_offsets_json(spark: Any, module_cluster: ClusterFix
                 startingOffsetsByTimestampStrategy="latest").count() == 0
     with pytest.raises(Exception, match="must give every partition"):
         read(spark, module_cluster, subscribe="ranges", startingOffsets='{"ranges":{"0":1}}').count()
+
+
+def test_read_committed_reads_only_committed_transactions(spark: Any, module_cluster: ClusterFixture) -> None:
+    """kafka.isolation.level (KIP-98): the test plays the transaction coordinator on the data plane
+    (as test_txn_markers): two transactions, one committed and one aborted by WriteTxnMarkers."""
+    topic = "spark-txn"
+    make_topic(module_cluster, topic, 1)
+    view = module_cluster.view()
+    conn, _pl = view.leader_connection(topic, 0)
+    ids = []
+    for name in ("committed", "aborted"):
+        r = view.connection(view.bootstrap[0]).api.InitProducerId(pb.InitProducerIdRequest(), timeout=10)
+        assert r.error_code == pb.NONE, pb.ErrorCode.Name(r.error_code)
+        ids.append((r.producer_id, r.producer_epoch))
+        batch = encode_batch([Record(value=f"{name}{i}".encode(), timestamp=int(time.time() * 1000))
+                              for i in range(3)], producer_id=r.producer_id, producer_epoch=r.producer_epoch,
+                             base_sequence=0, is_transactional=True)
+        assert produce_raw(conn, topic, 0, batch).error_code == pb.NONE
+    committed = {"kafka.isolation.level": "read_committed", "subscribe": topic}
+    # Both transactions open: the last stable offset is 0, nothing is read (and nothing waited for).
+    assert read(spark, module_cluster, **committed).count() == 0
+    resp = conn.api.WriteTxnMarkers(pb.WriteTxnMarkersRequest(markers=[
+        pb.WritableTxnMarker(producer_id=pid, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=0,
+                             topics=[pb.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])
+        for (pid, epoch), commit in zip(ids, (True, False), strict=True)]), timeout=20)
+    assert [p.error_code for m in resp.markers for t in m.topics for p in t.partitions] == [pb.NONE, pb.NONE]
+
+    def values(**options: str) -> list[str]:
+        return sorted(bytes(r.value).decode() for r in read(spark, module_cluster, **options).select("value").collect())
+
+    assert values(**committed) == ["committed0", "committed1", "committed2"]
+    assert values(subscribe=topic) == sorted(f"{n}{i}" for n in ("committed", "aborted") for i in range(3))
 
 
 def test_writer_round_trip_and_clear_errors(spark: Any, module_cluster: ClusterFixture) -> None:

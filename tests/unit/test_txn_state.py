@@ -321,6 +321,10 @@ class TxnMachine(RuleBasedStateMachine):
     @rule(which=st.integers(0, 1000), parts=st.lists(st.integers(0, 3), max_size=3), group=st.booleans())
     def add(self, which: int, parts: list[int], group: bool) -> None:
         pid, epoch = self.producers[which % len(self.producers)]
+        # A millisecond passes per request: the model keys a transaction by its start time, and two
+        # transactions of one epoch begun in the same millisecond (an empty add, an abort, again)
+        # would share a key.
+        self.now += 1
         self._take(self.core.add_partitions(TID, pid, epoch, [("t", p) for p in parts], self.now,
                                             groups=["g"] if group else []))
 

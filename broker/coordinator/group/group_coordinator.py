@@ -40,7 +40,9 @@ its session resumes believing it still coordinates). ``GroupOwnership`` below:
   check-only multi confirms the lease (linearizable: it goes through
   ZooKeeper's leader) - a resumed stale coordinator cannot serve old offsets.
 * **A lost session unloads every group** at once; they are claimed again, with
-  a fresh load, on the next request that finds this broker their coordinator.
+  a fresh load, on the next request that finds this broker their coordinator
+  (or by the offsets-expiry pass, which loads the stored groups this broker
+  coordinates, a bounded number per pass, through the same claim).
 * Generations stay monotonic across moves: a claim keeps the recorded
   generation, and the new coordinator's next generation is one above it.
 
@@ -120,6 +122,11 @@ def now_ms() -> int:
 
 
 Offload = Callable[..., Awaitable[Any]]
+
+# offsets.retention.minutes for groups nobody asks about: each expiry pass looks at no more than this
+# many stored group names and loads no more than this many of them (see ``_load_unloaded_groups``).
+SCAN_NAMES_PER_PASS: Final = 10_000
+LOADS_PER_PASS: Final = 200
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,8 @@ class GroupCoordinator:
         # offsets.retention.minutes: when the next expiry pass is due, and the one running.
         self._next_expiry_ms = 0
         self._expiry: asyncio.Task[int] | None = None
+        # The stored group names the expiry passes still have to look at (popped from the end).
+        self._scan: list[str] = []
         # Transactions' pending offsets of the loaded groups (TxnOffsetCommit): group -> producer id ->
         # what ZooKeeper holds under the group's lease; they become committed offsets with the
         # transaction's COMMIT marker, and go with its ABORT (handle_txn_marker).
@@ -294,7 +303,10 @@ class GroupCoordinator:
         """offsets.retention.minutes (Kafka's cleanupGroupMetadata): remove the expired committed
         offsets of this coordinator's Empty groups (``GroupStateMachine.expired_offsets``) from
         ZooKeeper under each group's lease; a group left with none is deleted as DeleteGroups does
-        (offsets and fence) and unloaded. Returns how many offsets were removed."""
+        (offsets and fence) and unloaded. Groups stored in ZooKeeper but not loaded here are loaded
+        first, a bounded number per pass (``_load_unloaded_groups``). Returns how many offsets were
+        removed."""
+        await self._load_unloaded_groups()
         retention = self.core.limits.offsets_retention_ms
         removed = 0
         for group_id in self.core.expired_offsets(self.clock(), retention):
@@ -328,6 +340,48 @@ class GroupCoordinator:
                 log.info("group %s: %d committed offsets expired (offsets.retention.minutes)%s", group_id,
                          len(doomed), "; the group is gone" if whole else "")
         return removed
+
+    async def _load_unloaded_groups(self) -> int:
+        """Load the stored groups this broker coordinates that nobody asked about since it started
+        (Kafka loads every group of the offsets partitions it leads; here a group loads on its first
+        request, so after a restart an Empty group nobody asks about would keep its offsets forever).
+        Walks the names under /consumers with a cursor kept between passes (listed again once it is
+        through): per pass at most SCAN_NAMES_PER_PASS names looked at and LOADS_PER_PASS groups
+        loaded, so a cluster with many groups gets through them over several passes without a pass
+        ever holding the event loop or ZooKeeper long. Returns how many groups it loaded.
+
+        Only groups with committed offsets (an offsets znode) are loaded, each through
+        ``_ensure_loaded``: the same claim a request makes. This broker's live-broker view only picks
+        the candidates; it may be wrong at start-up (the controller's metadata not here yet, or stale).
+        That cannot steal a group: ``GroupOwnership.take_over`` claims a group only if the
+        coordinator rule names this broker among the brokers registered in ZooKeeper, and the claim
+        is a conditional write of the group's fence - the lease. A broker that should not have it
+        either never claims it or is fenced by the rightful coordinator's next claim (its later
+        writes, the expiry's deletion included, fail whole and unload the group), exactly as a
+        request that reached a broker with a stale view."""
+        if not self._scan:
+            try:
+                self._scan = list(reversed(await self.offload(self.zk.list_groups)))
+            except Exception as e:
+                log.warning("cannot list the stored groups: %s", e)
+                return 0
+        loaded = looked = 0
+        while self._scan and looked < SCAN_NAMES_PER_PASS and loaded < LOADS_PER_PASS:
+            group_id = self._scan.pop()
+            looked += 1
+            if group_id in self.leases or self._check(group_id) != NONE:
+                continue  # loaded already, not a valid group id, or another broker's (by our view)
+            try:
+                if not await self.offload(self.zk.path_exists, ConsumersZNode.offsets(group_id)):
+                    continue  # nothing to expire: claiming it would only write a fence for nothing
+            except Exception as e:
+                log.warning("group %s: cannot read it: %s", group_id, e)
+                continue
+            if group_id not in self.leases and await self._ensure_loaded(group_id) == NONE:
+                loaded += 1
+        if loaded:
+            log.info("%d stored groups loaded for offsets.retention.minutes", loaded)
+        return loaded
 
     # ------------------------------------------------------------ plumbing
 

@@ -1,0 +1,164 @@
+"""`docker compose up` for real (issue 35): the images docker-compose.yml builds, the cluster it
+starts with its health checks, clients on the host (the project's CLI and librdkafka) and in the
+network (the `demo` service, `verify-replicas`), a partition leader SIGKILLed under idempotent
+acks=all load (SPEC S4, S8: nothing acknowledged lost, nothing duplicated), and `down -v` leaving
+nothing behind. The secure override is test_compose_secure_override.py.
+
+Needs a Docker engine (tests/deploy/docker_engine.py starts one of its own as root) and either an
+image registry or debootstrap (base images made from Debian); skipped with the reason otherwise.
+Durations, image sizes and build time are printed in pytest's "compose test" section."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from compose_project import (
+    BROKERS,
+    COMPOSE,
+    PEM_PRIVATE_KEY,
+    PLAIN_GRPC,
+    PLAIN_KAFKA,
+    PROJECT_IMAGES,
+    BuiltImages,
+    ComposeProject,
+    image_layer_hits,
+    note,
+)
+from docker_engine import DockerEngine
+
+pytestmark = pytest.mark.timeout(2400)
+
+SERVICES = ("zookeeper", *BROKERS)
+
+
+@pytest.fixture(scope="module")
+def plain(docker_engine: DockerEngine, compose_images: BuiltImages,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeProject]:
+    project = ComposeProject(docker_engine, f"mkplain{os.getpid()}", [COMPOSE], tmp_path_factory.mktemp("plain"))
+    t0 = time.monotonic()
+    try:
+        project.compose("up", "-d", timeout=600)
+        waited = project.wait_healthy(SERVICES)
+        note(f"plain cluster: `up -d` to every health check passing in {time.monotonic() - t0:.0f} s "
+             f"(after `up` returned: {waited:.0f} s)")
+        yield project
+    finally:
+        project.compose("down", "-v", "--remove-orphans", timeout=300, check=False)
+
+
+def test_images_run_as_non_root_and_hold_no_key_material(docker_engine: DockerEngine, compose_images: BuiltImages,
+                                                         tmp_path: Path) -> None:
+    users = {image: docker_engine.docker("image", "inspect", "-f", "{{.Config.User}}", image).stdout.strip()
+             for image in PROJECT_IMAGES}
+    assert users == {"minikafka:latest": "minikafka", "minikafka-zookeeper:3.8": "zookeeper"}
+    # The codec was compiled in the build stage and is what the image imports.
+    codec = docker_engine.docker("run", "--rm", "--entrypoint", "python", "minikafka:latest", "-c",
+                                 "import proto._codec, proto._columnar; print(proto._codec.__file__)").stdout
+    assert ".so" in codec
+    # No private key anywhere in the image's layers or history (certificates are made at run time).
+    t0 = time.monotonic()
+    hits = image_layer_hits(docker_engine, "minikafka:latest", [PEM_PRIVATE_KEY], tmp_path)
+    assert hits == []
+    note(f"layer scan of minikafka:latest for key material: clean ({time.monotonic() - t0:.0f} s)")
+
+
+def test_the_cluster_serves_the_cli_librdkafka_and_the_demo(plain: ComposeProject) -> None:
+    t0 = time.monotonic()
+    r = plain.cli("topics", "--create", "--topic", "events", "--partitions", "3", "--replication-factor", "3",
+                  "--bootstrap-server", PLAIN_GRPC)
+    assert r.returncode == 0, r.stderr
+    lines = [f"cli-{i}" for i in range(50)]
+    r = plain.cli("produce", "--topic", "events", "--bootstrap-server", PLAIN_GRPC, stdin="\n".join(lines) + "\n")
+    assert r.returncode == 0, r.stderr
+    r = plain.cli("consume", "--topic", "events", "--from-beginning", "--max-messages", "50", "--timeout-ms", "30000",
+                  "--bootstrap-server", PLAIN_GRPC)
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split()) == sorted(lines)
+    # librdkafka on the Kafka protocol listeners: an idempotent acks=all producer, a group consumer.
+    rd = plain.client("rdkafka", "--bootstrap", PLAIN_KAFKA, "--topic", "events", "--count", "200")
+    assert rd == {"produced": 200, "delivery_errors": [], "read_back": 200}
+    # The compose `demo` service, in the network.
+    demo = plain.compose("--profile", "demo", "run", "--rm", "demo", timeout=300)
+    assert demo.returncode == 0
+    note(f"plain cluster: CLI + librdkafka round trips and the demo service in {time.monotonic() - t0:.0f} s")
+
+
+def _acked(proc_line: str) -> int:
+    return int(json.loads(proc_line)["acked"])
+
+
+def test_a_leader_killed_under_load_loses_nothing(plain: ComposeProject) -> None:
+    t0 = time.monotonic()
+    r = plain.cli("topics", "--create", "--topic", "chaos", "--partitions", "3", "--replication-factor", "3",
+                  "--config", "min.insync.replicas=2", "--bootstrap-server", PLAIN_GRPC)
+    assert r.returncode == 0, r.stderr
+    leaders = plain.client("leaders", "--bootstrap", PLAIN_GRPC, "--topic", "chaos")
+    victim = 2 if any(leader == 2 for leader, _ in leaders.values()) else leaders["0"][0]
+    service = f"broker-{victim}"
+    led = sorted(int(p) for p, (leader, _) in leaders.items() if leader == victim)
+    load = plain.client_process("load", "--bootstrap", PLAIN_GRPC, "--topic", "chaos", "--partitions", "3",
+                                "--rate", "100")
+    assert load.stdout is not None and load.stdin is not None
+    try:
+        def acked_at_least(n: int) -> int:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                line = load.stdout.readline()  # type: ignore[union-attr]
+                assert line, f"the load exited: {load.stderr.read()[-3000:]}"  # type: ignore[union-attr]
+                if _acked(line) >= n:
+                    return _acked(line)
+            raise AssertionError(f"fewer than {n} writes acknowledged in 120 s")
+
+        before = acked_at_least(300)
+        plain.compose("kill", "-s", "KILL", service, timeout=60)
+        # Leadership moves to the other replicas and writes go on (min.insync.replicas=2 of 3).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            now = plain.client("leaders", "--bootstrap", PLAIN_GRPC, "--topic", "chaos")
+            if all(now[str(p)][0] not in (victim, -1) for p in led):
+                break
+            time.sleep(1.0)
+        else:
+            raise AssertionError(f"partitions {led} still led by {victim} or leaderless: {now}")
+        during = acked_at_least(before + 300)
+        plain.compose("start", service, timeout=120)
+        plain.wait_healthy((service,))
+        deadline = time.monotonic() + 120  # back in every ISR
+        while time.monotonic() < deadline:
+            now = plain.client("leaders", "--bootstrap", PLAIN_GRPC, "--topic", "chaos")
+            if all(victim in isr for _, isr in now.values()):
+                break
+            time.sleep(1.0)
+        else:
+            raise AssertionError(f"{service} not back in every ISR: {now}")
+        acked_at_least(during + 200)
+        out, err = load.communicate("stop\n", timeout=300)
+    finally:
+        if load.poll() is None:
+            load.kill()
+            load.wait(10)
+    assert load.returncode == 0, err[-3000:]
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["valid"], report["summary"]
+    assert report["acked"] >= during + 200
+    # Every replica byte-identical below the high watermark, checked from inside the network.
+    verify = plain.compose("run", "--rm", "--no-deps", "--entrypoint", "minikafka", "secrets", "verify-replicas",
+                           "--bootstrap-server", PLAIN_GRPC, "--topic", "chaos", timeout=180, check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    note(f"chaos: SIGKILL of {service} (leader of partitions {led}) under idempotent acks=all load, restart, "
+         f"{report['summary']}; verify-replicas OK; {time.monotonic() - t0:.0f} s")
+
+
+def test_down_v_leaves_no_container_network_or_volume(plain: ComposeProject) -> None:
+    before = plain.leftovers()
+    assert before["containers"] and before["volumes"]
+    t0 = time.monotonic()
+    plain.compose("down", "-v", "--remove-orphans", timeout=300)
+    assert plain.leftovers() == {"containers": [], "networks": [], "volumes": []}
+    note(f"`down -v`: nothing left ({len(before['containers'])} containers, {len(before['volumes'])} volumes "
+         f"removed in {time.monotonic() - t0:.0f} s)")
