@@ -210,6 +210,8 @@ class Drained:
     expired: list[ProducerBatch]
     unknown_leader_topics: frozenset[str]
     next_ready_ms: float
+    # Partitions with a batch ready that ``may_send`` held back (a transaction has not added them yet).
+    held: frozenset[tuple[str, int]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -359,9 +361,12 @@ class RecordAccumulator:
 
     # ------------------------------------------------------------ draining
 
-    def drain(self, now_ms: float, leader_of: Callable[[str, int], int]) -> Drained:
+    def drain(self, now_ms: float, leader_of: Callable[[str, int], int],
+              may_send: Callable[[str, int], bool] | None = None) -> Drained:
         """Take every ready batch (see the module docstring); ``leader_of(topic, partition)`` is the
-        leader's broker id, or -1 if it is unknown or not reachable."""
+        leader's broker id, or -1 if it is unknown or not reachable. ``may_send(topic, partition)``
+        false: the partition's ready batch stays (a transactional producer adds the partition to its
+        transaction first, then wakes the sender) and the partition is reported in ``held``."""
         cfg = self.config
         flushing = self.flushes_in_progress > 0 or self.closing
         next_ms = now_ms + IDLE_DRAIN_MS
@@ -369,6 +374,7 @@ class RecordAccumulator:
         ready: dict[int, list[ProducerBatch]] = {}
         expired: list[ProducerBatch] = []
         unknown: set[str] = set()
+        held: set[tuple[str, int]] = set()
         for (topic, partition), pq in self._queues.items():
             if not pq.batches:
                 continue
@@ -388,6 +394,9 @@ class RecordAccumulator:
             ready_at = batch.created + cfg.linger_ms
             if not (full or flushing or ready_at <= now_ms):
                 next_ms = min(next_ms, ready_at)
+                continue
+            if may_send is not None and batch.sequence < 0 and not may_send(topic, partition):
+                held.add((topic, partition))
                 continue
             leader = leader_of(topic, partition)
             if leader < 0:
@@ -415,7 +424,7 @@ class RecordAccumulator:
                 else:
                     next_ms = min(next_ms, max(now_ms, nxt.created + cfg.linger_ms))
         self.next_drain_ms = next_ms
-        return Drained(ready, expired, frozenset(unknown), next_ms)
+        return Drained(ready, expired, frozenset(unknown), next_ms, frozenset(held))
 
     # ------------------------------------------------------------ outcomes
 

@@ -30,8 +30,11 @@ retried as after any failed request).
 Transactions (KIP-98): with ``transactional_id`` the producer is idempotent and transactional
 (``client.transaction_manager``): ``init_transactions`` gets the producer id and epoch from the
 id's transaction coordinator; within ``begin_transaction`` ... ``commit_transaction`` /
-``abort_transaction`` each partition is added to the transaction (AddPartitionsToTxn) before its
-first record is appended, and every batch carries the transactional bit;
+``abort_transaction`` the partitions records go to (the sticky partitioner moves on from full
+batches as outside transactions) are added to the transaction by the sender, one AddPartitionsToTxn
+per batch of new partitions, before their first batch is sent; every batch carries the
+transactional bit; an abortable error fails the transaction's unsent batches and leaves
+``abort_transaction`` (with KIP-360's epoch bump when needed) as the way on;
 ``send_offsets_to_transaction`` commits a group's offsets with the transaction.
 
 Ordering and idempotence (KIP-98): with ``enable_idempotence`` the producer gets a producer id
@@ -67,7 +70,13 @@ from client.futures import BatchResult, BatchSendResult, FutureRecordMetadata, R
 from client.kafka_produce import KafkaProduceConnection, KafkaProduceUnreachable
 from client.partitioner import StickyPartitioner, partition_for_key
 from client.produce_stream import ProduceStream, is_unimplemented
-from client.transaction_manager import TransactionManager
+from client.transaction_manager import (
+    FATAL,
+    IN_TRANSACTION,
+    TXN_FATAL_ERRORS,
+    TransactionAbortedError,
+    TransactionManager,
+)
 from proto import errors
 from proto import minikafka_pb2 as pb
 from proto import minikafka_pb2_grpc as pb_grpc
@@ -174,6 +183,7 @@ class Producer:
         self._fatal: errors.KafkaError | None = None
         self._idle = threading.Condition(self._lock)
         self._resetting_pid = False
+        self._adding: asyncio.Task[None] | None = None  # the AddPartitionsToTxn in flight (transactions)
         # A transactional producer (KIP-98): its transaction's state and coordinator requests.
         self._txn: TransactionManager | None = None if transactional_id is None else TransactionManager(
             transactional_id, transaction_timeout_ms, self._view, self._view_lock, self.retry_backoff_s,
@@ -214,8 +224,9 @@ class Producer:
             raise errors.KafkaError("the producer is closed")
         if self._fatal is not None:
             raise self._fatal
-        if self._txn is not None:
-            partition = self._txn_partition(topic, key, partition)
+        txn = self._txn
+        if txn is not None:
+            txn.check_can_send()
         # type() first, then isinstance with a tuple (not a union): each measurably cheaper per record.
         if value is not None and type(value) is not bytes and not isinstance(value, (bytes, bytearray)):
             raise TypeError("value must be bytes (serialize it first)")
@@ -249,9 +260,13 @@ class Producer:
             # wall clock shows in timestamps within a second, as it would in a linger. A float:
             # the RecordsBuilder truncates it to whole ms (no int() call per record).
             ts = timestamp_ms if timestamp_ms is not None else now_ms + self._wall_offset_ms
+            if txn is not None:  # noted for AddPartitionsToTxn (sent by the sender, batched)
+                txn.maybe_add_partition(topic, partition)
             fut, wake = acc.append(topic, partition, key, value, hdrs, ts, estimate, now_ms, sticky)
             if fut is None:  # the sticky partition's batch is full (and now sealed): start one elsewhere
                 partition = self._sticky.on_new_batch(topic, num, partition)
+                if txn is not None:
+                    txn.maybe_add_partition(topic, partition)
                 fut, wake_new = acc.append(topic, partition, key, value, hdrs, ts, estimate, now_ms)
                 wake = wake or wake_new
         finally:
@@ -260,23 +275,6 @@ class Producer:
             self._wakeup()
         assert fut is not None
         return fut
-
-    def _txn_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
-        """A transactional send's partition, added to the transaction first (AddPartitionsToTxn,
-        once per partition and transaction) so that no record reaches a partition the coordinator
-        would not write a marker to; the record then goes to exactly that partition."""
-        txn = self._txn
-        assert txn is not None
-        if partition is None:
-            num = self._partition_counts.get(topic) or self._wait_for_partitions(topic)
-            if key is not None:
-                partition = partition_for_key(bytes(key), num)
-            else:
-                partition = self._sticky.current.get(topic, num)
-                if partition >= num:
-                    partition = self._sticky.partition(topic, num)
-        txn.maybe_add_partition(topic, partition, self.max_block_s)
-        return partition
 
     def send_batch(self, topic: str, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
                    partition: int | None = None, timestamp_ms: int | None = None) -> BatchSendResult:
@@ -315,7 +313,7 @@ class Producer:
         if partition is not None and not 0 <= partition < num:
             raise errors.UnknownTopicOrPartitionError(f"{topic} has partitions 0..{num - 1}, not {partition}")
         if self._txn is not None:
-            partition = self._txn_partition(topic, None, partition)
+            self._txn.check_can_send()
         i, n = 0, len(values)
         while i < n:  # each slice takes at least one value
             i = self._send_slice(topic, values, keys, partition, num, ts, i, handle)
@@ -338,6 +336,8 @@ class Producer:
             if acc.buffered + fit.estimate > self.buffer_memory and acc.buffered:
                 self._wait_for_buffer(fit.estimate)  # append_values re-checks the open batch after it
                 now_ms = _now_ms()
+            if self._txn is not None:
+                self._txn.maybe_add_partition(topic, p)
             result, first, ready = acc.append_values(topic, p, values, keys, start, fit, ts, now_ms)
         handle._slices.append((result, first, fit.end - start, ts))
         if wake or ready:
@@ -414,11 +414,23 @@ class Producer:
         txn.end_transaction(True, limit)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
-        """Wait for the records in flight (their outcome no longer matters), then abort (EndTxn)."""
+        """Fail the transaction's records not yet sent (as Kafka's producer: TransactionAbortedError),
+        wait for those in flight (their outcome no longer matters), then abort (EndTxn). Works after
+        an abortable error; if a failed batch had a sequence number, the epoch is bumped (KIP-360)
+        and the next transaction starts its sequences at 0."""
         txn = self._transaction()
         limit = self.max_block_s if timeout is None else timeout
+        if txn.state == IN_TRANSACTION and txn.fatal is None:
+            txn.aborting = True
+            self._wakeup()
         self.flush(limit)
         txn.end_transaction(False, limit)
+        if txn.epoch_bump_required:
+            pid, epoch = txn.bump_epoch(limit)
+            with self._lock:
+                self._accumulator.set_producer_id(pid, epoch)
+            log.info("transactional id %s: epoch bumped to %d after a failed batch (KIP-360)",
+                     txn.transactional_id, epoch)
 
     def close(self, timeout: float | None = None) -> None:
         if self._closed:
@@ -579,8 +591,15 @@ class Producer:
         """Take what is ready, send it; returns how long (s) to sleep before draining again."""
         now_ms = _now_ms()
         self._wall_offset_ms = wall_clock_offset_ms()  # send()'s timestamps follow the wall clock
+        txn = self._txn
+        if txn is not None:
+            self._maybe_fail_txn_batches(txn)
         with self._lock:
-            drained = self._accumulator.drain(now_ms, self._leader_of)
+            drained = self._accumulator.drain(now_ms, self._leader_of, None if txn is None else txn.may_send)
+        if txn is not None and drained.held and txn.new_partitions and (self._adding is None or self._adding.done()):
+            # One AddPartitionsToTxn for every partition noted so far, once one of them has a batch
+            # ready (after linger_ms, full, or a flush): partitions written together are added together.
+            self._adding = self._loop.create_task(self._add_partitions(txn))
         for batch in drained.expired:
             self._finish(batch, -1, errors.RequestTimedOutError(
                 f"{batch.topic}-{batch.partition}: not delivered within delivery_timeout_ms"))
@@ -590,6 +609,31 @@ class Producer:
             self._send_to_leader(leader, batches)
         # 0 when more is ready: the loop first runs the sends just scheduled, then drains again.
         return max(0.0, (drained.next_ready_ms - now_ms) / 1000.0)
+
+    def _maybe_fail_txn_batches(self, txn: TransactionManager) -> None:
+        """Kafka's Sender with an abortable error or an abort under way: the batches not yet sent
+        fail (the transaction will not commit); a fatal error fails everything, for good."""
+        if txn.fatal is not None:
+            if self._fatal is None:
+                self._fail_all(txn.fatal)
+            return
+        error: BaseException | None = txn.error
+        if error is None and txn.aborting:
+            error = TransactionAbortedError("the transaction was aborted")
+        if error is None:
+            return
+        with self._lock:
+            doomed = self._accumulator.abort_undrained()
+        for b in doomed:
+            self._finish(b, -1, error)
+
+    async def _add_partitions(self, txn: TransactionManager) -> None:
+        try:
+            await asyncio.to_thread(txn.add_new_partitions, self.max_block_s)
+        except Exception:
+            log.exception("AddPartitionsToTxn failed")
+        if self._wake is not None:
+            self._wake.set()
 
     async def _refresh_metadata(self, topics: list[str]) -> None:
         if self._closed:
@@ -824,8 +868,14 @@ class Producer:
 
     def _finish(self, batch: ProducerBatch, base_offset: int, error: BaseException | None) -> None:
         if error is not None and self._txn is not None:
-            # The transaction cannot commit any more (Kafka's abortable error); its producer id stays.
-            self._txn.error = error
+            txn = self._txn
+            if isinstance(error, TXN_FATAL_ERRORS):
+                txn.fatal, txn.state = error, FATAL  # fenced or not authorized: only close() is left
+            elif txn.error is None:
+                # The transaction cannot commit any more (Kafka's abortable error); its producer id stays.
+                txn.error = error
+            if batch.sequence >= 0:
+                txn.epoch_bump_required = True  # the leader's next expected sequence is unknown now
         elif error is not None and self.idempotent and batch.sequence >= 0 and not self._resetting_pid:
             # The sequence of a batch that was given up is a gap the leader would refuse forever:
             # start again with a new producer id and fresh sequences (Kafka's idempotent producer

@@ -11,9 +11,13 @@ transactional calls do:
   transaction_timeout_ms) at the coordinator - the producer id and the epoch that fences every
   earlier producer of the id (an open transaction of theirs is aborted by the coordinator).
 * ``begin_transaction`` opens a transaction locally (nothing is sent).
-* ``maybe_add_partition`` (called by ``Producer.send`` before a record is appended to a partition
-  new to the transaction): AddPartitionsToTxn, so that the coordinator knows every partition to
-  write a marker to before any of the transaction's records can reach it.
+* ``maybe_add_partition`` (called by ``Producer.send`` for the partition a record goes to) only
+  notes a partition new to the transaction, without blocking - so the sticky partitioner moves on
+  from a full batch as it does outside transactions. The producer's sender holds back the batches
+  of partitions not yet added (``may_send``) and, once one of them is ready to go, sends one
+  AddPartitionsToTxn for every partition noted so far (``add_new_partitions``, Kafka's
+  ``newPartitionsInTransaction``): the coordinator knows every partition to write a marker to
+  before any of the transaction's records reaches it, at one request per batch of new partitions.
 * ``send_offsets_to_transaction``: AddOffsetsToTxn (the group joins the transaction), then
   TxnOffsetCommit at the group's coordinator: the offsets become the group's when it commits.
 * ``end_transaction`` (commit or abort, after the producer flushed): EndTxn.
@@ -22,7 +26,14 @@ Errors: NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE find the coordinator again;
 CONCURRENT_TRANSACTIONS (the previous transaction's markers are still being written) and other
 retriable codes are retried after ``retry_backoff_s``; PRODUCER_FENCED, INVALID_PRODUCER_EPOCH,
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED and the like are fatal: the producer can only be closed.
-A transaction whose record failed cannot commit (``AbortableError`` - abort it and go on).
+Kafka's abortable errors - a record of the transaction failed (say MESSAGE_TOO_LARGE), a partition
+could not be added (TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION) - leave ``error`` set:
+the producer's sender then fails the transaction's batches not yet sent, ``commit_transaction``
+raises ``AbortableError``, ``abort_transaction`` works and the next transaction can go on. When a
+failed batch had a sequence number (the leader's expectation for that partition is unknown now),
+the abort is followed by KIP-360's epoch bump (``bump_epoch``: InitProducerId with the current
+producer id and epoch) and sequences start again at 0 under the new epoch, as Kafka's producer
+does since 2.5.
 
 States: UNINITIALIZED -> READY (init) -> IN_TRANSACTION (begin) -> READY (commit/abort), and
 FATAL from anywhere.
@@ -57,6 +68,16 @@ class AbortableError(errors.KafkaError):
     """The transaction cannot commit (one of its records or offsets failed): abort it."""
 
 
+class TransactionAbortedError(errors.KafkaError):
+    """A record of a transaction that was aborted before the record was sent (Kafka's
+    TransactionAbortedException)."""
+
+
+# A produce answer with one of these makes a transactional producer fatal (Kafka's producer).
+TXN_FATAL_ERRORS: Final = (errors.ProducerFencedError, errors.InvalidProducerEpochError,
+                           errors.TransactionalIdAuthorizationFailedError)
+
+
 class TransactionManager:
     def __init__(self, transactional_id: str, transaction_timeout_ms: int, view: ClusterView,
                  view_lock: threading.Lock, retry_backoff_s: float, request_timeout_s: float) -> None:
@@ -69,7 +90,14 @@ class TransactionManager:
         self.state = UNINITIALIZED
         self.producer_id = -1
         self.producer_epoch = -1
-        self.partitions: set[tuple[str, int]] = set()
+        # Partitions the coordinator has in the open transaction (replaced whole, never mutated: the
+        # sender's drain reads it without a lock), and those noted by send() not yet added.
+        self.partitions: frozenset[tuple[str, int]] = frozenset()
+        self.new_partitions: set[tuple[str, int]] = set()
+        self._parts_lock = threading.Lock()
+        self.add_requests = 0  # AddPartitionsToTxn requests sent (one per batch of new partitions)
+        self.aborting = False  # abort_transaction began: the sender fails the batches not yet sent
+        self.epoch_bump_required = False  # a failed batch had a sequence (KIP-360)
         self.started = False  # the coordinator knows of the open transaction (a partition or group added)
         self.error: BaseException | None = None  # a failed record of the open transaction
         self.fatal: errors.KafkaError | None = None
@@ -153,34 +181,104 @@ class TransactionManager:
             self.state = READY
             return self.producer_id, self.producer_epoch
 
+    def bump_epoch(self, timeout_s: float) -> tuple[int, int]:
+        """KIP-360: InitProducerId with the current producer id and epoch - the coordinator bumps
+        exactly that epoch (PRODUCER_FENCED if another producer of the id bumped it meanwhile)."""
+        with self._lock:
+            self._check(READY)
+            answer: list[pb.InitProducerIdResponse] = []
+
+            def send(conn: Connection) -> int:
+                resp = conn.api.InitProducerId(pb.InitProducerIdRequest(
+                    transactional_id=self.transactional_id, transaction_timeout_ms=self.transaction_timeout_ms,
+                    producer_id=self.producer_id, producer_epoch=self.producer_epoch), timeout=self.request_timeout_s)
+                answer[:] = [resp]
+                return int(resp.error_code)
+
+            self._call("InitProducerId (epoch bump)", timeout_s, send)
+            self.producer_id, self.producer_epoch = answer[0].producer_id, answer[0].producer_epoch
+            self.epoch_bump_required = False
+            return self.producer_id, self.producer_epoch
+
     def begin_transaction(self) -> None:
         with self._lock:
             self._check(READY)
-            self.partitions.clear()
+            with self._parts_lock:
+                self.partitions = frozenset()
+                self.new_partitions.clear()
             self.started = False
             self.error = None
+            self.aborting = False
             self.state = IN_TRANSACTION
 
-    def maybe_add_partition(self, topic: str, partition: int, timeout_s: float) -> None:
-        """AddPartitionsToTxn for a partition new to the transaction (before its first record)."""
-        if (topic, partition) in self.partitions and self.state == IN_TRANSACTION:
+    def check_can_send(self) -> None:
+        """send() within a transaction only (Kafka: "Cannot call send in state READY"); after an
+        abortable error the transaction must be aborted first."""
+        if self.fatal is not None:
+            raise self.fatal
+        if self.state != IN_TRANSACTION or self.aborting:
+            raise errors.InvalidTxnStateError(f"transactional id {self.transactional_id}: cannot send in state "
+                                              f"{'ABORTING' if self.aborting else self.state}")
+        if self.error is not None:
+            raise AbortableError(f"the transaction cannot commit ({self.error}): abort it")
+
+    def maybe_add_partition(self, topic: str, partition: int) -> None:
+        """Note a partition the transaction writes to (non-blocking; see the module docstring)."""
+        tp = (topic, partition)
+        if tp in self.partitions:
             return
+        with self._parts_lock:
+            if tp not in self.partitions:
+                self.new_partitions.add(tp)
+
+    def may_send(self, topic: str, partition: int) -> bool:
+        """Whether the partition's batches may go: the coordinator has it in the transaction."""
+        return (topic, partition) in self.partitions
+
+    def add_new_partitions(self, timeout_s: float) -> None:
+        """One AddPartitionsToTxn for every partition noted and not yet added (the sender's thread).
+        A fatal code makes the producer fatal; any other failure makes the transaction abortable
+        (``error``): its batches not yet sent are failed and it can only be aborted."""
         with self._lock:
-            self._check(IN_TRANSACTION)
-            if (topic, partition) in self.partitions:
+            with self._parts_lock:
+                wanted = sorted(self.new_partitions)
+            if not wanted or self.state != IN_TRANSACTION or self.aborting or self.fatal is not None \
+                    or self.error is not None:
                 return
+            by_topic: dict[str, list[int]] = {}
+            for t, p in wanted:
+                by_topic.setdefault(t, []).append(p)
+            failed: list[str] = []
 
             def send(conn: Connection) -> int:
+                self.add_requests += 1
                 resp = conn.api.AddPartitionsToTxn(pb.AddPartitionsToTxnRequest(
                     transactional_id=self.transactional_id, producer_id=self.producer_id,
                     producer_epoch=self.producer_epoch,
-                    topics=[pb.AddPartitionsToTxnTopic(name=topic, partitions=[partition])]),
+                    topics=[pb.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()]),
                     timeout=self.request_timeout_s)
-                return next((int(p.error_code) for t in resp.topics for p in t.partitions), E.UNKNOWN_SERVER_ERROR)
+                codes = {(t.name, p.partition): int(p.error_code) for t in resp.topics for p in t.partitions}
+                bad = {c for c in codes.values() if c != E.NONE}
+                if not codes:
+                    return E.UNKNOWN_SERVER_ERROR
+                # OPERATION_NOT_ATTEMPTED: another partition of the request failed (Kafka's answer).
+                real = bad - {E.OPERATION_NOT_ATTEMPTED}
+                failed[:] = [f"{t}-{p}: {E.Name(c)}" for (t, p), c in sorted(codes.items())
+                             if c not in (E.NONE, E.OPERATION_NOT_ATTEMPTED)]
+                if real:
+                    return min(real & _FATAL or real)  # a fatal code wins over an abortable one
+                return E.NONE if not bad else E.OPERATION_NOT_ATTEMPTED
 
             self.started = True
-            self._call("AddPartitionsToTxn", timeout_s, send)
-            self.partitions.add((topic, partition))
+            try:
+                self._call("AddPartitionsToTxn", timeout_s, send)
+            except errors.KafkaError as e:
+                if self.fatal is None:
+                    self.error = e if not failed else AbortableError(f"AddPartitionsToTxn: {', '.join(failed)}")
+                return
+            with self._parts_lock:
+                self.partitions = self.partitions | frozenset(wanted)
+                self.new_partitions.difference_update(wanted)
 
     def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int] | Iterable[Any], group: object,
                                     timeout_s: float) -> None:
@@ -233,7 +331,10 @@ class TransactionManager:
 
             if self.started:  # else the coordinator never heard of it: nothing to end there (as Kafka)
                 self._call("EndTxn", timeout_s, send)
-            self.partitions.clear()
+            with self._parts_lock:
+                self.partitions = frozenset()
+                self.new_partitions.clear()
             self.started = False
             self.error = None
+            self.aborting = False
             self.state = READY

@@ -1103,6 +1103,10 @@ class KafkaZkClient:
         writes.append(ZkWrite("delete", guard, version=lease.zk_version))
         if not self.commit_guarded(lease.zk_version, writes, guard=guard).applied:
             raise KazooException(f"group {group}: could not be deleted (znodes kept changing)")
+        # Transactions' pending offsets were completed (removed) under the lease by the coordinator
+        # first; their directory goes when empty so that /consumers/[group] can go too.
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            self._r(self.zk.delete, TxnOffsetsZNode.pending_dir(group))
         with contextlib.suppress(NoNodeError, NotEmptyError):
             self._r(self.zk.delete, ConsumersZNode.group(group))
 

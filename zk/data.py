@@ -784,10 +784,17 @@ class PendingTxnOffsets:
 
     producer_epoch: int
     offsets: tuple[tuple[str, int, int, str], ...]  # (topic, partition, offset, metadata), sorted
+    # (topic, partition, when the TxnOffsetCommit that last set it was accepted): at the commit
+    # marker a pending offset replaces a committed one only if it is the later write (Kafka's
+    # CommitRecordMetadataAndOffset.olderThan). Optional "commit_timestamp" per entry; absent: -1.
+    commit_timestamps: tuple[tuple[str, int, int], ...] = ()
 
     def encode(self) -> bytes:
+        stamps = {(t, p): ts for t, p, ts in self.commit_timestamps}
         return _dump({"version": 1, "producer_epoch": self.producer_epoch, "offsets": [
-            {"topic": t, "partition": p, "offset": o, "metadata": m} for t, p, o, m in self.offsets]})
+            {"topic": t, "partition": p, "offset": o, "metadata": m}
+            | ({"commit_timestamp": stamps[(t, p)]} if (t, p) in stamps else {})
+            for t, p, o, m in self.offsets]})
 
     @staticmethod
     def decode(data: bytes | None, path: str = "/consumers/[group]/txn_offsets/[id]") -> PendingTxnOffsets:
@@ -795,13 +802,15 @@ class PendingTxnOffsets:
         try:
             epoch = obj["producer_epoch"]
             offsets = tuple((e["topic"], e["partition"], e["offset"], e["metadata"]) for e in obj["offsets"])
+            stamps = tuple((e["topic"], e["partition"], e["commit_timestamp"]) for e in obj["offsets"]
+                           if "commit_timestamp" in e)
         except (KeyError, TypeError, AttributeError):
             raise CorruptZnodeError(f"{path}: not pending transactional offsets: {obj!r}") from None
         if type(epoch) is not int or not all(
                 isinstance(t, str) and type(p) is int and type(o) is int and isinstance(m, str)
-                for t, p, o, m in offsets):
+                for t, p, o, m in offsets) or not all(type(ts) is int for _t, _p, ts in stamps):
             raise CorruptZnodeError(f"{path}: not pending transactional offsets: {obj!r}")
-        return PendingTxnOffsets(epoch, tuple(sorted(offsets)))
+        return PendingTxnOffsets(epoch, tuple(sorted(offsets)), tuple(sorted(stamps)))
 
 
 class TxnOffsetsZNode:

@@ -93,15 +93,17 @@ class ComposeProject:
         state = self.state(service)
         return str((state.get("Health") or {}).get("Status", "running" if state.get("Running") else "not running"))
 
-    def wait_healthy(self, services: tuple[str, ...], timeout_s: float = 180.0) -> float:
-        """Bounded poll until every service's health check passes; returns the seconds waited."""
+    def wait_healthy(self, services: tuple[str, ...], timeout_s: float = 240.0) -> dict[str, float]:
+        """Bounded poll until every service's health check passes; returns the seconds each took."""
         t0 = time.monotonic()
         deadline = t0 + timeout_s
-        health = {}
+        health: dict[str, str] = {}
+        took: dict[str, float] = {}
         while time.monotonic() < deadline:
             health = {s: self.health(s) for s in services}
-            if all(h == "healthy" for h in health.values()):
-                return time.monotonic() - t0
+            took.update({s: time.monotonic() - t0 for s, h in health.items() if h == "healthy" and s not in took})
+            if len(took) == len(services):
+                return took
             time.sleep(1.0)
         logs = self.compose("logs", "--tail", "30", timeout=60, check=False).stdout
         raise AssertionError(f"not healthy after {timeout_s}s: {health}\n{logs[-6000:]}")

@@ -92,6 +92,7 @@ from broker.coordinator.group.group_state import (
     GroupStateMachine,
     JoinGroupResult,
     OffsetAndMetadata,
+    PendingTxnOffsetCommit,
     SyncGroupResult,
     coordinator_for,
     offsets_partition_for,
@@ -135,7 +136,7 @@ class Loaded:
     lease: GroupLease
     offsets: dict[tuple[str, int], OffsetAndMetadata]
     # Transactions' pending offsets (TxnOffsetCommit), per producer id.
-    pending: dict[int, PendingTxnOffsets] = field(default_factory=dict)
+    pending: dict[int, PendingTxnOffsetCommit] = field(default_factory=dict)
 
 
 class GroupOwnership:
@@ -156,7 +157,8 @@ class GroupOwnership:
         # An offset stored without its commit time counts from now for offsets.retention.minutes.
         loaded_at = self.clock()
         return Loaded(lease, {tp: OffsetAndMetadata(o, m, ts if ts >= 0 else loaded_at)
-                              for tp, (o, m, ts) in stored.items()}, self.zk.get_group_txn_offsets(group_id))
+                              for tp, (o, m, ts) in stored.items()},
+                      {pid: pending_from_znode(p) for pid, p in self.zk.get_group_txn_offsets(group_id).items()})
 
     def group_exists(self, group_id: str) -> bool:
         """Did any coordinator ever take the group, or does it have offsets (stored by an older
@@ -178,17 +180,24 @@ class GroupOwnership:
         return self.zk.group_lease_valid(lease)
 
     def delete_group(self, lease: GroupLease) -> None:
-        """Raises NotCoordinatorError when fenced."""
+        """The group's transactions' pending offsets (and their index entries) first, each under the
+        lease, then the group: a later COMMIT marker of such a transaction then finds nothing to
+        apply, and a group made again under the same id does not inherit them (Kafka's deleteGroups
+        drops them with the group). Raises NotCoordinatorError when fenced."""
+        partition = offsets_partition_for(lease.group_id)
+        for producer_id in sorted(self.zk.get_group_txn_offsets(lease.group_id)):
+            self.zk.complete_group_txn_offsets(lease, producer_id, partition, {}, set())
         self.zk.delete_group(lease)
 
     def delete_offsets(self, lease: GroupLease, partitions: list[tuple[str, int]]) -> None:
         """Raises NotCoordinatorError when fenced."""
         self.zk.delete_group_offsets(lease, partitions)
 
-    def write_txn_offsets(self, lease: GroupLease, producer_id: int, pending: PendingTxnOffsets,
+    def write_txn_offsets(self, lease: GroupLease, producer_id: int, pending: PendingTxnOffsetCommit,
                           exists: bool) -> None:
         """Raises NotCoordinatorError when fenced."""
-        self.zk.write_group_txn_offsets(lease, producer_id, pending, offsets_partition_for(lease.group_id), exists)
+        self.zk.write_group_txn_offsets(lease, producer_id, pending_to_znode(pending),
+                                        offsets_partition_for(lease.group_id), exists)
 
     def complete_txn_offsets(self, lease: GroupLease, producer_id: int,
                              offsets: dict[tuple[str, int], OffsetAndMetadata], known: set[tuple[str, int]]) -> None:
@@ -199,6 +208,20 @@ class GroupOwnership:
 
     def txn_offsets_index(self, partition: int) -> list[tuple[int, str]]:
         return self.zk.txn_offsets_index(partition)
+
+
+def pending_to_znode(pending: PendingTxnOffsetCommit) -> PendingTxnOffsets:
+    return PendingTxnOffsets(
+        pending.producer_epoch,
+        tuple(sorted((t, p, om.offset, om.metadata) for (t, p), om in pending.offsets.items())),
+        tuple(sorted((t, p, om.commit_timestamp_ms) for (t, p), om in pending.offsets.items()
+                     if om.commit_timestamp_ms >= 0)))
+
+
+def pending_from_znode(stored: PendingTxnOffsets) -> PendingTxnOffsetCommit:
+    stamps = {(t, p): ts for t, p, ts in stored.commit_timestamps}
+    return PendingTxnOffsetCommit(stored.producer_epoch, {
+        (t, p): OffsetAndMetadata(o, m, stamps.get((t, p), -1)) for t, p, o, m in stored.offsets})
 
 
 class GroupCoordinator:
@@ -229,10 +252,6 @@ class GroupCoordinator:
         self._expiry: asyncio.Task[int] | None = None
         # The stored group names the expiry passes still have to look at (popped from the end).
         self._scan: list[str] = []
-        # Transactions' pending offsets of the loaded groups (TxnOffsetCommit): group -> producer id ->
-        # what ZooKeeper holds under the group's lease; they become committed offsets with the
-        # transaction's COMMIT marker, and go with its ABORT (handle_txn_marker).
-        self.txn_pending: dict[str, dict[int, PendingTxnOffsets]] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -260,11 +279,9 @@ class GroupCoordinator:
                         ", ".join(sorted(self.core.groups)))
         self._dispatch(self.core.unload_all(self.clock()))
         self.leases.clear()
-        self.txn_pending.clear()
 
     def _unload(self, group_id: str) -> None:
         self.leases.pop(group_id, None)
-        self.txn_pending.pop(group_id, None)
         lock = self._lease_locks.get(group_id)
         if lock is not None and not lock.locked():
             del self._lease_locks[group_id]
@@ -318,7 +335,8 @@ class GroupCoordinator:
                 doomed = self.core.expired_offsets(self.clock(), retention, group_id).get(group_id, [])
                 if not doomed:
                     continue
-                whole = set(doomed) == set(self.core.fetch_offsets(group_id, None))
+                # Gone whole only with nothing left, pending transactional offsets included.
+                whole = self.core.expiry_empties_group(group_id, doomed)
                 try:
                     if whole and self.core.check_delete_group(group_id) == NONE:
                         await self.offload(self.ownership.delete_group, lease)
@@ -418,10 +436,8 @@ class GroupCoordinator:
                 if session != self._session_generation:
                     return COORDINATOR_NOT_AVAILABLE  # the session was lost while claiming
                 self._unload(group_id)  # whatever was cached belongs to an older lease
-                self.core.load(group_id, loaded.offsets, loaded.lease.generation_id)
+                self.core.load(group_id, loaded.offsets, loaded.lease.generation_id, loaded.pending)
                 self.leases[group_id] = loaded.lease
-                if loaded.pending:
-                    self.txn_pending[group_id] = dict(loaded.pending)
                 log.info("group %s: coordinator epoch %d, generation %d, %d committed offsets loaded",
                          group_id, loaded.lease.coordinator_epoch, loaded.lease.generation_id, len(loaded.offsets))
             except Exception as e:
@@ -744,21 +760,19 @@ class GroupCoordinator:
             verdict = self.core.check_commit_entry(group_id, tp, om.offset, om.metadata, 0)
             result[tp] = verdict
             if verdict == NONE:
-                accepted[tp] = om
+                accepted[tp] = replace(om, commit_timestamp_ms=self.clock())
         if not accepted:
             return result
         async with self._lease_lock(group_id):
             lease = self.leases.get(group_id)
             if lease is None or not self.core.is_loaded(group_id):
                 return {tp: NOT_COORDINATOR for tp in offsets}
-            before = self.txn_pending.get(group_id, {}).get(producer_id)
-            if before is not None and before.producer_epoch > producer_epoch:
-                return {tp: errors.ProducerFencedError.code for tp in offsets}
-            merged = {} if before is None else {(t, p): (o, m) for t, p, o, m in before.offsets}
-            merged.update({tp: (om.offset, om.metadata) for tp, om in accepted.items()})
-            pending = PendingTxnOffsets(producer_epoch, tuple(sorted((t, p, o, m) for (t, p), (o, m) in merged.items())))
+            existed = self.core.pending_txn_offsets(group_id, producer_id) is not None
+            code, pending = self.core.prepare_txn_offsets(group_id, producer_id, producer_epoch, accepted)
+            if pending is None:
+                return {tp: code for tp in offsets}
             try:
-                await self.offload(self.ownership.write_txn_offsets, lease, producer_id, pending, before is not None)
+                await self.offload(self.ownership.write_txn_offsets, lease, producer_id, pending, existed)
             except errors.NotCoordinatorError:
                 self._fenced(group_id, lease)
                 return {tp: NOT_COORDINATOR for tp in offsets}
@@ -769,12 +783,12 @@ class GroupCoordinator:
                 self._unload(group_id)  # unknown outcome: read ZooKeeper again on the next request
                 return {tp: (COORDINATOR_NOT_AVAILABLE if tp in accepted else c) for tp, c in result.items()}
             if self._same_claim(group_id, lease):
-                self.txn_pending.setdefault(group_id, {})[producer_id] = pending
+                self.core.txn_offsets_written(group_id, producer_id, pending)
         return result
 
     def pending_txn_partitions(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions of ``group_id`` with transactional offsets pending (OffsetFetch require_stable)."""
-        return {(t, p) for pending in self.txn_pending.get(group_id, {}).values() for t, p, _o, _m in pending.offsets}
+        return self.core.pending_txn_partitions(group_id)
 
     async def handle_txn_marker(self, producer_id: int, partition: int, commit: bool) -> int:
         """A transaction's COMMIT/ABORT for its offsets in __consumer_offsets ``partition`` (Kafka's
@@ -809,10 +823,8 @@ class GroupCoordinator:
             lease = self.leases.get(group_id)
             if lease is None or not self.core.is_loaded(group_id):
                 return NOT_COORDINATOR
-            pending = self.txn_pending.get(group_id, {}).get(producer_id)
-            now = self.clock()
-            offsets = {} if pending is None or not commit else {
-                (t, p): OffsetAndMetadata(o, m, now) for t, p, o, m in pending.offsets}
+            pending = self.core.pending_txn_offsets(group_id, producer_id)
+            offsets = self.core.txn_offsets_to_commit(group_id, producer_id, self.clock()) if commit else {}
             try:
                 await self.offload(self.ownership.complete_txn_offsets, lease, producer_id, offsets,
                                    self.core.stored_partitions(group_id, offsets))
@@ -825,9 +837,7 @@ class GroupCoordinator:
                 self._unload(group_id)
                 return COORDINATOR_NOT_AVAILABLE
             if self._same_claim(group_id, lease):
-                self.txn_pending.get(group_id, {}).pop(producer_id, None)
-                if offsets:
-                    self.core.offsets_committed(group_id, offsets)
+                self.core.txn_offsets_completed(group_id, producer_id, offsets)
             log.info("group %s: %d transactional offsets of producer %d %s", group_id,
                      0 if pending is None else len(pending.offsets), producer_id,
                      "committed" if commit else "aborted")

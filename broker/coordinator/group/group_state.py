@@ -51,6 +51,17 @@ A group moves through Kafka's states::
   for an Empty group (the admin's reset-offsets, a consumer without a group
   protocol). ``commit_offsets`` only validates: the shell writes ZooKeeper and
   then calls ``offsets_committed`` so the cache never runs ahead of storage.
+* Transactional offsets (KIP-98, Kafka's ``pendingTransactionalOffsetCommits``): a
+  TxnOffsetCommit's offsets are kept per producer id beside the committed ones
+  (``prepare_txn_offsets`` decides, the shell writes, ``txn_offsets_written`` records);
+  a plain OffsetCommit of the same partition meanwhile leaves them alone - both are
+  kept. At the transaction's COMMIT marker each pending offset becomes the committed
+  one unless the committed one was written later (``txn_offsets_to_commit``: Kafka
+  compares the commit records' log offsets, here their commit times); ABORT drops them.
+  DeleteGroups takes them with the group; offset expiry removes expired committed
+  offsets as before (Kafka 2.8 does not look at pending transactional ones there), but a
+  group with pending transactional offsets is not deleted by expiry (Kafka's
+  ``hasOffsets`` keeps it out of Dead) - ``expiry_empties_group``.
 
 Error codes are Kafka's (proto/errors.py): ``NONE`` = 0.
 """
@@ -78,6 +89,7 @@ INVALID_SESSION_TIMEOUT: Final = errors.InvalidSessionTimeoutError.code
 MEMBER_ID_REQUIRED: Final = errors.MemberIdRequiredError.code
 FENCED_INSTANCE_ID: Final = errors.FencedInstanceIdError.code
 NON_EMPTY_GROUP: Final = errors.NonEmptyGroupError.code
+PRODUCER_FENCED: Final = errors.ProducerFencedError.code
 GROUP_SUBSCRIBED_TO_TOPIC: Final = errors.GroupSubscribedToTopicError.code
 CONSUMER_PROTOCOL: Final = "consumer"
 
@@ -115,6 +127,14 @@ class OffsetAndMetadata:
     # When the coordinator wrote it (offsets.retention.minutes counts from here); -1 unknown. Not
     # part of equality: two commits of the same offset and metadata are the same committed offset.
     commit_timestamp_ms: int = field(default=-1, compare=False)
+
+
+@dataclass(frozen=True)
+class PendingTxnOffsetCommit:
+    """One transaction's offsets for a group (TxnOffsetCommit), not yet committed: the producer
+    epoch that wrote them last, and per partition the offset with its TxnOffsetCommit's time."""
+    producer_epoch: int
+    offsets: dict[tuple[str, int], OffsetAndMetadata]
 
 
 @dataclass(frozen=True)
@@ -190,6 +210,8 @@ class GroupMetadata:
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     # When the group last became Empty (Kafka's currentStateTimestamp for offset expiry); -1 unknown.
     empty_since_ms: int = -1
+    # KIP-98: producer id -> the offsets its open transaction committed (TxnOffsetCommit).
+    pending_txn_offsets: dict[int, PendingTxnOffsetCommit] = field(default_factory=dict)
 
     def describe(self) -> GroupDescription:
         return GroupDescription(self.group_id, self.state, self.protocol_type,
@@ -230,12 +252,14 @@ class GroupStateMachine:
     def is_loaded(self, group_id: str) -> bool:
         return group_id in self.groups
 
-    def load(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata], generation_id: int = 0) -> None:
-        """A group this coordinator just took over: its committed offsets from storage, and the
-        last generation a coordinator handed out, so that generations stay monotonic across
-        coordinator moves (the next join completes generation + 1)."""
+    def load(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata], generation_id: int = 0,
+             pending_txn_offsets: dict[int, PendingTxnOffsetCommit] | None = None) -> None:
+        """A group this coordinator just took over: its committed offsets from storage (and its
+        transactions' pending ones), and the last generation a coordinator handed out, so that
+        generations stay monotonic across coordinator moves (the next join completes generation + 1)."""
         if group_id not in self.groups:
-            self.groups[group_id] = GroupMetadata(group_id, generation_id=generation_id, offsets=dict(offsets))
+            self.groups[group_id] = GroupMetadata(group_id, generation_id=generation_id, offsets=dict(offsets),
+                                                  pending_txn_offsets=dict(pending_txn_offsets or {}))
 
     def unload_all(self, now_ms: int) -> list[Completion]:
         """The coordinator lost its fence for every group at once (its ZooKeeper session)."""
@@ -632,8 +656,10 @@ class GroupStateMachine:
 
     def check_delete_group(self, group_id: str) -> int:
         """NONE when ``group_id`` may be deleted - Kafka deletes only groups without members (Empty,
-        or Dead: not loaded) - else NON_EMPTY_GROUP. The shell then deletes its offsets and fence
-        from storage under the lease, and unloads it: a later join starts a new group."""
+        or Dead: not loaded) - else NON_EMPTY_GROUP; pending transactional offsets do not stop it
+        (Kafka's deleteGroups looks at members only). The shell then deletes its offsets, its
+        transactions' pending offsets and its fence from storage under the lease, and unloads it: a
+        later join starts a new group, and a later marker of such a transaction finds nothing."""
         g = self.groups.get(group_id)
         if g is not None and (g.members or g.pending_members):
             return NON_EMPTY_GROUP
@@ -691,6 +717,74 @@ class GroupStateMachine:
         if g is not None:
             for tp in partitions:
                 g.offsets.pop(tp, None)
+
+    def expiry_empties_group(self, group_id: str, doomed: Iterable[tuple[str, int]]) -> bool:
+        """Would removing the expired offsets ``doomed`` leave the group with nothing - so that it
+        goes as DeleteGroups deletes it? Kafka 2.8's cleanupGroupMetadata: an Empty group becomes
+        Dead only when ``!hasOffsets``, which counts pending transactional offsets too."""
+        g = self.groups.get(group_id)
+        if g is None or g.members or g.pending_members or g.pending_txn_offsets:
+            return False
+        return set(g.offsets) <= set(doomed)
+
+    # ------------------------------------------------------------ transactional offsets (KIP-98)
+
+    def prepare_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                            offsets: dict[tuple[str, int], OffsetAndMetadata]
+                            ) -> tuple[int, PendingTxnOffsetCommit | None]:
+        """A TxnOffsetCommit (validated entries, each stamped with the time it was accepted): what
+        the producer's pending offsets become - a later commit of the same transaction adds to them
+        - or PRODUCER_FENCED when an older epoch than the one that wrote them asks. Nothing changes
+        until ``txn_offsets_written``; a plain commit of the same partitions is not affected."""
+        g = self.groups.get(group_id)
+        before = None if g is None else g.pending_txn_offsets.get(producer_id)
+        if before is not None and before.producer_epoch > producer_epoch:
+            return PRODUCER_FENCED, None
+        merged = {} if before is None else dict(before.offsets)
+        merged.update(offsets)
+        return NONE, PendingTxnOffsetCommit(producer_epoch, merged)
+
+    def txn_offsets_written(self, group_id: str, producer_id: int, pending: PendingTxnOffsetCommit) -> None:
+        self._group(group_id).pending_txn_offsets[producer_id] = pending
+
+    def pending_txn_offsets(self, group_id: str, producer_id: int) -> PendingTxnOffsetCommit | None:
+        g = self.groups.get(group_id)
+        return None if g is None else g.pending_txn_offsets.get(producer_id)
+
+    def pending_txn_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions with transactional offsets pending (OffsetFetch require_stable: UNSTABLE_OFFSET_COMMIT)."""
+        g = self.groups.get(group_id)
+        return set() if g is None else {tp for p in g.pending_txn_offsets.values() for tp in p.offsets}
+
+    def txn_offsets_to_commit(self, group_id: str, producer_id: int, now_ms: int
+                              ) -> dict[tuple[str, int], OffsetAndMetadata]:
+        """The transaction committed: which of its pending offsets become committed offsets (Kafka's
+        completePendingTxnOffsetCommit). A partition whose committed offset was written after the
+        pending one (a plain OffsetCommit that came later) keeps it - Kafka compares the two commit
+        records' positions in the log; here their commit times (one coordinator at a time writes a
+        group, so they follow each other; within the same millisecond the transaction's wins, as the
+        later decision). A pending offset without a known time counts as written ``now_ms``."""
+        pending = self.pending_txn_offsets(group_id, producer_id)
+        if pending is None:
+            return {}
+        g = self.groups[group_id]
+        out: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for tp, om in pending.offsets.items():
+            if om.commit_timestamp_ms < 0:
+                om = replace(om, commit_timestamp_ms=now_ms)
+            current = g.offsets.get(tp)
+            if current is None or current.commit_timestamp_ms <= om.commit_timestamp_ms:
+                out[tp] = om
+        return out
+
+    def txn_offsets_completed(self, group_id: str, producer_id: int,
+                              committed: dict[tuple[str, int], OffsetAndMetadata]) -> None:
+        """The marker's outcome is stored: the pending offsets go, ``committed`` (empty on ABORT) are
+        the group's committed offsets now."""
+        g = self.groups.get(group_id)
+        if g is not None:
+            g.pending_txn_offsets.pop(producer_id, None)
+            g.offsets.update(committed)
 
     def describe(self, group_id: str) -> GroupDescription:
         g = self.groups.get(group_id)

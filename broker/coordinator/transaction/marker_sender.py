@@ -22,13 +22,15 @@ A transaction's consumer-group offsets (TxnOffsetCommit) are closed the way Kafk
 marker for topic ``__consumer_offsets``, partition ``offsets_partition_for(group)``, sent to the
 group's coordinator, whose WriteTxnMarkers handler hands it to the group coordinator
 (``complete_group``). One channel per broker is kept open and rebuilt when its address changes.
+The one network call is ``send`` (``SendMarkers``): the gRPC stub by default, a function given to
+the constructor in tests (tests/unit/test_marker_sender.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import grpc
@@ -49,15 +51,20 @@ NOT_LEADER: Final = errors.NotLeaderOrFollowerError.code
 TIMED_OUT: Final = errors.RequestTimedOutError.code
 NOT_COORDINATOR: Final = errors.NotCoordinatorError.code
 
+# (broker id, request, timeout s) -> the broker's answer; None: no address known for the broker.
+# Raises grpc.aio.AioRpcError or ConnectionError when the broker cannot be reached.
+SendMarkers = Callable[[int, pb.WriteTxnMarkersRequest, float], Awaitable[pb.WriteTxnMarkersResponse | None]]
+
 
 class TxnMarkerSender:
     def __init__(self, metadata: MetadataCache, security: ChannelSecurity, request_timeout_ms: int,
-                 group_coordinator_of: Callable[[str], int]) -> None:
+                 group_coordinator_of: Callable[[str], int], send: SendMarkers | None = None) -> None:
         self.metadata = metadata
         self.security = security
         self.timeout_s = request_timeout_ms / 1000.0
         self.group_coordinator_of = group_coordinator_of
         self._channels: dict[int, tuple[str, grpc.aio.Channel, Any]] = {}
+        self.send: SendMarkers = send or self._send_grpc
 
     async def close(self) -> None:
         channels, self._channels = self._channels, {}
@@ -79,12 +86,17 @@ class TxnMarkerSender:
         self._channels[broker_id] = (address, channel, stub)
         return stub
 
+    async def _send_grpc(self, broker_id: int, req: pb.WriteTxnMarkersRequest,
+                         timeout_s: float) -> pb.WriteTxnMarkersResponse | None:
+        stub = self._stub(broker_id)
+        if stub is None:
+            return None
+        resp: pb.WriteTxnMarkersResponse = await stub.WriteTxnMarkers(req, timeout=timeout_s)
+        return resp
+
     async def _write(self, broker_id: int, coordinator_epoch: int, job: MarkerJob,
                      partitions: list[TopicPartition], unreachable: int) -> dict[TopicPartition, int]:
         """One WriteTxnMarkers to ``broker_id``; every partition ``unreachable`` when it fails."""
-        stub = self._stub(broker_id)
-        if stub is None:
-            return {tp: unreachable for tp in partitions}
         topics: dict[str, list[int]] = {}
         for topic, partition in partitions:
             topics.setdefault(topic, []).append(partition)
@@ -93,10 +105,12 @@ class TxnMarkerSender:
             coordinator_epoch=coordinator_epoch,
             topics=[pb.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in topics.items()])])
         try:
-            resp = await stub.WriteTxnMarkers(req, timeout=self.timeout_s + 5)
-        except grpc.aio.AioRpcError as e:
+            resp = await self.send(broker_id, req, self.timeout_s + 5)
+        except (grpc.aio.AioRpcError, ConnectionError) as e:
             log.info("transactional id %s: WriteTxnMarkers to broker %d failed: %s", job.transactional_id,
-                     broker_id, e.code())
+                     broker_id, e.code() if isinstance(e, grpc.aio.AioRpcError) else e)
+            return {tp: unreachable for tp in partitions}
+        if resp is None:
             return {tp: unreachable for tp in partitions}
         out = {tp: unreachable for tp in partitions}
         for m in resp.markers:
