@@ -161,7 +161,7 @@ def main() -> None:
                 "idempotent": measured(functools.partial(run_idempotent, bs, args.txns, n), pids, zk),
                 "transactional": measured(functools.partial(run_transactions, bs, args.txns, n), pids, zk),
             }
-        total = sum(2 * args.txns * s for s in sizes) + 1
+        total = sum(2 * args.txns * n for n in sizes) + len(sizes)  # + each baseline's first record
         reads = {"read_uncommitted": read_all(bs, args.partitions, "read_uncommitted", total),
                  "read_committed": read_all(bs, args.partitions, "read_committed", total)}
     finally:

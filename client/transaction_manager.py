@@ -64,6 +64,9 @@ _FATAL: Final = frozenset({E.PRODUCER_FENCED, E.INVALID_PRODUCER_EPOCH, E.TRANSA
                            E.TRANSACTION_COORDINATOR_FENCED, E.INVALID_TRANSACTION_TIMEOUT})
 
 
+CONCURRENT_TXN_BACKOFF_S: Final = 0.02
+
+
 class AbortableError(errors.KafkaError):
     """The transaction cannot commit (one of its records or offsets failed): abort it."""
 
@@ -160,7 +163,11 @@ class TransactionManager:
                 raise errors.for_code(code)(f"{what}: {E.Name(code)}")
             if time.monotonic() >= deadline:
                 raise errors.RequestTimedOutError(f"{what}: not done within {timeout_s:.0f} s (last: {E.Name(code)})")
-            time.sleep(self.retry_backoff_s)
+            # CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written, which
+            # takes milliseconds - Kafka's producer retries AddPartitionsToTxn then after 20 ms
+            # (KAFKA-5477), not retry.backoff.ms, or every transaction right after a commit waits it out.
+            time.sleep(min(self.retry_backoff_s, CONCURRENT_TXN_BACKOFF_S) if code == E.CONCURRENT_TRANSACTIONS
+                       else self.retry_backoff_s)
 
     # ------------------------------------------------------------ the API
 

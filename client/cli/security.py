@@ -2,7 +2,8 @@
 
     minikafka acls --add --allow-principal User:alice --operation Read --topic orders
     minikafka acls --add --deny-principal User:bob --operation Write --topic '*'
-    minikafka acls --list [--topic T | --group G | --cluster]
+    minikafka acls --list [--topic T | --group G | --transactional-id ID | --cluster]
+    minikafka acls --add --allow-principal User:etl --operation Write --transactional-id etl-1
     minikafka acls --remove --allow-principal User:alice --operation Read --topic orders
     minikafka users --add alice [--password-file F]   (the password is read from stdin otherwise)
     minikafka users --delete alice
@@ -30,7 +31,8 @@ from proto import minikafka_pb2 as pb
 OPERATIONS = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "DescribeConfigs",
               "AlterConfigs", "IdempotentWrite")
 RESOURCE_NAMES: dict[int, str] = {pb.AclResourceType.TOPIC_RESOURCE: "Topic", pb.AclResourceType.GROUP_RESOURCE: "Group",
-                  pb.AclResourceType.CLUSTER_RESOURCE: "Cluster"}
+                  pb.AclResourceType.CLUSTER_RESOURCE: "Cluster",
+                  pb.AclResourceType.TRANSACTIONAL_ID_RESOURCE: "TransactionalId"}
 
 
 def add_parsers(sub: Any) -> None:
@@ -50,6 +52,8 @@ def add_parsers(sub: Any) -> None:
     res = a.add_mutually_exclusive_group()
     res.add_argument("--topic", help="a topic name, or * for every topic")
     res.add_argument("--group", help="a consumer group id, or * for every group")
+    res.add_argument("--transactional-id", dest="transactional_id",
+                     help="a transactional id (KIP-98: Write to use it, Describe to find its coordinator), or *")
     res.add_argument("--cluster", action="store_true", help="the cluster (create topics, reassignments, elections)")
     a.set_defaults(func=cmd_acls)
 
@@ -75,6 +79,8 @@ def _resource(args: argparse.Namespace) -> tuple[pb.AclResourceType, str] | None
         return pb.AclResourceType.TOPIC_RESOURCE, args.topic
     if args.group:
         return pb.AclResourceType.GROUP_RESOURCE, args.group
+    if args.transactional_id:
+        return pb.AclResourceType.TRANSACTIONAL_ID_RESOURCE, args.transactional_id
     if args.cluster:
         return pb.AclResourceType.CLUSTER_RESOURCE, "kafka-cluster"
     return None
@@ -102,7 +108,7 @@ def cmd_acls(args: argparse.Namespace) -> int:
             _print_acls(args, admin.describe_acls(f), "Current ACLs:")
             return 0
         if resource is None:
-            raise errors.InvalidRequestError("give --topic, --group or --cluster")
+            raise errors.InvalidRequestError("give --topic, --group, --transactional-id or --cluster")
         if not grants or not args.operation:
             raise errors.InvalidRequestError("give --allow-principal/--deny-principal and --operation")
         bindings = [pb.AclBinding(resource_type=resource[0], resource_name=resource[1], principal=p, host=args.host,

@@ -34,7 +34,8 @@ than offsets; the read still moves past the dropped batches.
 ``write_arrow_batches`` is the sink: rows with ``value`` (and optional
 ``key``, ``topic``, ``partition``, ``headers``) go through the idempotent
 producer with acks=all; any failed record fails the task, like Spark's Kafka
-sink.
+sink. With a transactional id (the sink's ``transactionalIdPrefix`` option)
+a task's rows go in one transaction, aborted when the task fails.
 """
 
 from __future__ import annotations
@@ -307,15 +308,26 @@ def _as_bytes(v: Any, column: str) -> bytes | None:
 
 def write_arrow_batches(bootstrap_servers: str, batches: Iterable[Any], default_topic: str | None,
                         producer_options: dict[str, Any] | None = None,
-                        security: ChannelSecurity = PLAINTEXT_SECURITY) -> int:
-    """Produce every row of the Arrow batches (acks=all, idempotent); returns the number written."""
+                        security: ChannelSecurity = PLAINTEXT_SECURITY, transactional_id: str | None = None) -> int:
+    """Produce every row of the Arrow batches (acks=all, idempotent); returns the number written.
+
+    With ``transactional_id`` every row goes in one transaction (KIP-98): ``init_transactions``
+    (which fences an earlier producer of the id - a failed or speculative attempt of the same task -
+    and aborts its open transaction), then all rows, then ``commit_transaction``; any failure on the
+    way aborts the transaction before the error is raised, so a read_committed reader sees all of
+    this call's rows or none."""
     producer = Producer(bootstrap_servers, acks="all", enable_idempotence=True, security=security,
-                        **(producer_options or {}))
+                        transactional_id=transactional_id, **(producer_options or {}))
     view = ClusterView(bootstrap_servers, security=security)
     known: dict[str, int] = {}
     futures: list[FutureRecordMetadata] = []
     written = 0
+    in_txn = False
     try:
+        if transactional_id is not None:
+            producer.init_transactions()
+            producer.begin_transaction()
+            in_txn = True
         for batch in batches:
             data = {name.lower(): col for name, col in batch.to_pydict().items()}  # Spark resolves names case-insensitively
             n = batch.num_rows
@@ -338,8 +350,18 @@ def write_arrow_batches(bootstrap_servers: str, batches: Iterable[Any], default_
             written += n
             if len(futures) >= 50_000:
                 _settle(futures)
+        if in_txn:
+            producer.commit_transaction()  # flushes first; a failed record makes it raise (then aborted below)
+            in_txn = False
         producer.flush()
         _settle(futures)
+    except BaseException:
+        if in_txn:
+            try:
+                producer.abort_transaction()
+            except Exception as e:  # fenced, or the coordinator unreachable: it aborts on its own timeout
+                log.warning("transaction %s not aborted: %s", transactional_id, e)
+        raise
     finally:
         producer.close()
         view.close()

@@ -12,7 +12,8 @@ record batches. The stream reader keeps offsets as ``{topic: {partition:
 offset}}``, rate-limits with ``maxOffsetsPerTrigger`` (Spark's ``ReadMaxRows``),
 supports ``Trigger.AvailableNow`` (the target is fixed when the trigger starts)
 and restarts from whatever offsets Spark checkpointed. Writers (batch and
-streaming) send rows through the idempotent acks=all producer.
+streaming) send rows through the idempotent acks=all producer; with
+``transactionalIdPrefix`` each task's rows go in one transaction (``_Sink``).
 
 All option parsing and offset arithmetic is in ``options`` (pure); this module
 only adapts it to Spark's classes.
@@ -269,10 +270,22 @@ def validate_sink_schema(schema: StructType, topic_option: str | None) -> None:
 
 
 class _Sink:
+    """Both writers. ``transactionalIdPrefix`` (KIP-98): each task writes its rows in one transaction
+    with transactional id ``<prefix>-<Spark partition id>``, committed at the end of the task's
+    write and aborted when it fails (read_committed readers see a task's rows all or none). A
+    retried or speculative attempt of the task uses the same id, so its init_transactions fences
+    the earlier attempt and aborts that attempt's open transaction. What is not covered: an attempt
+    that committed and then was lost before Spark recorded its success is written again by the
+    retry (Spark's DataSource API has no two-phase commit across tasks), and a job that fails after
+    some tasks committed keeps their rows - the guarantee is per task, not per job."""
+
     def __init__(self, options: dict[str, Any], schema: StructType) -> None:
         self.bootstrap = bootstrap_from(options)
         self.security = security_from(options)
         self.topic = option_value(options, "topic")
+        self.txn_prefix = option_value(options, "transactionalIdPrefix")
+        if self.txn_prefix is not None and not self.txn_prefix.strip():
+            raise SparkOptionError("transactionalIdPrefix must not be empty")
         validate_sink_schema(schema, self.topic)
         if self.topic:  # fail fast on the driver, before tasks start
             view = ClusterView(self.bootstrap, security=self.security)
@@ -282,8 +295,16 @@ class _Sink:
                 view.close()
 
     def write(self, iterator: Iterator[Any]) -> RecordsWritten:
+        txn_id = None
+        if self.txn_prefix is not None:
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            if ctx is None:
+                raise SparkOptionError("transactionalIdPrefix: no Spark task context to name the transaction by")
+            txn_id = f"{self.txn_prefix}-{ctx.partitionId()}"
         return RecordsWritten(cluster_io.write_arrow_batches(self.bootstrap, iterator, self.topic,
-                                                             security=self.security))
+                                                             security=self.security, transactional_id=txn_id))
 
 
 class MinikafkaWriter(_Sink, DataSourceArrowWriter):

@@ -46,8 +46,9 @@ def _rdkafka(args: argparse.Namespace) -> dict[str, Any]:
     deadline = time.monotonic() + LIBRDKAFKA_TIMEOUT_S
     while time.monotonic() < deadline and not set(sent) <= seen:
         msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None and msg.value() is not None:
-            seen.add(msg.value().decode())
+        got = msg.value() if msg is not None and msg.error() is None else None
+        if got is not None:
+            seen.add(got.decode())
     consumer.close()
     return {"produced": len(sent) - left - len(errors), "delivery_errors": errors[:5],
             "read_back": len(set(sent) & seen)}
@@ -93,7 +94,7 @@ def _load(args: argparse.Namespace) -> dict[str, Any]:
     threading.Thread(target=wait_for_stop, daemon=True).start()
     while not stop.wait(0.5):
         acked = sum(1 for *_, fut in list(workload.pending) if getattr(fut, "done", lambda: False)()
-                    and fut.exception() is None)  # type: ignore[attr-defined]
+                    and fut.exception() is None)
         print(json.dumps({"acked": acked}), flush=True)
     writes = workload.stop()
     reads = workload.read_all()

@@ -5,6 +5,7 @@ how long it took goes to the end of pytest's output (the "compose test" section)
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -36,6 +37,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[DockerEngine]:
     t0 = time.monotonic()
+    compose = compose_command()
+    if subprocess.run([*compose, "version"], capture_output=True, timeout=60).returncode != 0:
+        pytest.skip(f"no compose command ({' '.join(compose)}): apt-get install docker-compose (`make setup` does)")
     try:
         engine = start_engine()
     except EngineUnavailable as e:

@@ -301,6 +301,9 @@ def test_our_producer_transactions_read_by_our_consumer_and_librdkafka(cluster: 
         p.begin_transaction()
         for i in range(4):
             p.send("ours-txn", f"a-{i}".encode(), key=f"k{i}".encode())
+        # In the log before the abort (abort_transaction fails records not yet sent, as Kafka's
+        # producer does), so that read_uncommitted below sees them and read_committed must not.
+        p.flush()
         p.abort_transaction()
         p.begin_transaction()
         p.send("ours-txn", b"c2", partition=1)

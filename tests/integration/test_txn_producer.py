@@ -89,7 +89,7 @@ def test_after_an_abortable_error_abort_works_and_the_next_transaction_commits(c
         big = p.send("txn-small", b"x" * 5_000, partition=0)  # sequence 1: refused (MESSAGE_TOO_LARGE)
         with pytest.raises(AbortableError):
             p.commit_transaction()
-        with pytest.raises(Exception, match="MESSAGE_TOO_LARGE|too large"):
+        with pytest.raises(Exception, match=r"MESSAGE_TOO_LARGE|too large"):
             big.result(timeout=10)
         with pytest.raises(AbortableError):
             p.send("txn-small", b"not now", partition=0)  # Kafka: abort first
