@@ -70,6 +70,8 @@ chaos: setup
 	bash scripts/chaos-soak.sh $(DURATION)
 
 # cleaner_bench: the log cleaner's MB/s beside raw read MB/s of the same segments (issue 30).
+# txn_bench: transactions/s, broker CPU and ZooKeeper writes per transaction beside idempotent
+# flushes, and read_committed next to read_uncommitted (issue 31).
 # Every figure of issue 15 from one run, each case with its CPU seconds per process, so a
 # regression shows: throughput (send, send_batch), latency at 20k rec/s with linger_ms=0, consumer.
 # 1M records: at ~500k records/s a 400k run lasted 0.8 s, a fifth of it filling and draining the
@@ -84,6 +86,7 @@ bench: setup
 	$(PY) bench/replication_bench.py --records $(BENCH_RECORDS) --bulk --rate 20000 --rate-linger-ms 0
 	$(PY) bench/consume_bench.py --records $(BENCH_RECORDS)
 	$(PY) bench/spark_read_bench.py
+	$(PY) bench/txn_bench.py
 
 # Issue 29: what partitions cost - spread and hot produce (librdkafka acks=all), idle CPU, create time,
 # RSS and open files at ~50 and at SCALE_PARTITIONS partitions in one run (several minutes at 3,000).
