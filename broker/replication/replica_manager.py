@@ -13,6 +13,7 @@ worker thread.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
@@ -130,6 +131,7 @@ class ReplicaManager:
         self.fetches_not_parked = 0
         # The authorizer's verdict (broker.security.gatekeeper.Gatekeeper.allowed); all allowed by default.
         self.allowed: Callable[[RequestContext, str, str, str], bool] = lambda _c, _o, _t, _n: True
+        self._log_dirs_executor: concurrent.futures.ThreadPoolExecutor | None = None  # prepare_leader_and_isr
 
     # ------------------------------------------------------------ controller requests
 
@@ -152,7 +154,12 @@ class ReplicaManager:
                if self.broker_id in s.replicas and (s.topic_name, s.partition_index) not in self.partitions
                and topic_name_error(s.topic_name) is None and 0 <= s.partition_index <= MAX_PARTITION]
         if len(new) >= PREPARE_DIRS_MIN:
-            await asyncio.to_thread(self.log_manager.make_replica_dirs, new)
+            # Its own thread, not the loop's default executor: that one runs the ZooKeeper writes
+            # of ISR changes, thousands at a time at scale, and a LeaderAndIsr must not queue behind them.
+            if self._log_dirs_executor is None:
+                self._log_dirs_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="log-dirs")
+            await asyncio.get_running_loop().run_in_executor(self._log_dirs_executor,
+                                                             self.log_manager.make_replica_dirs, new)
 
     def handle_leader_and_isr(self, req: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
         if not self._check_controller_epoch(req.controller_epoch, "LeaderAndIsr"):
