@@ -671,7 +671,8 @@ class Consumer:
     def _committed_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
         if self._group is None:
             return {tp: None for tp in tps}
-        found = self._group.fetch_offsets([(tp.topic, tp.partition) for tp in tps])
+        found = self._group.fetch_offsets([(tp.topic, tp.partition) for tp in tps],
+                                          require_stable=self._isolation == pb.READ_COMMITTED)
         return {tp: found.get((tp.topic, tp.partition)) for tp in tps}
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:

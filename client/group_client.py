@@ -344,22 +344,39 @@ class GroupMember:
             return result
         raise errors.CoordinatorNotAvailableError(f"OffsetCommit({self.group_id}): no coordinator answered")
 
-    def fetch_offsets(self, partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], int]:
-        """Committed offsets (absent: none committed)."""
+    def fetch_offsets(self, partitions: list[tuple[str, int]] | None,
+                      require_stable: bool = False) -> dict[tuple[str, int], int]:
+        """Committed offsets (absent: none committed). ``require_stable`` (KIP-447, what a
+        read_committed consumer asks): while a transaction holds offsets of a partition pending -
+        committed, its marker not yet at the group's coordinator - the coordinator answers
+        UNSTABLE_OFFSET_COMMIT and the fetch is retried, as Kafka's consumer does; else a consumer
+        that (re)took the partition would start from the offset before that transaction and copy
+        its records again."""
         by_topic: dict[str, list[int]] = {}
         for topic, part in partitions or []:
             by_topic.setdefault(topic, []).append(part)
-        req = pb.OffsetFetchRequest(group_id=self.group_id, topics=[
+        req = pb.OffsetFetchRequest(group_id=self.group_id, require_stable=require_stable, topics=[
             pb.OffsetFetchTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
         last = ""
-        for _attempt in range(20):
+        # Unstable offsets wait for a transaction's markers, which a coordinator failover can delay
+        # by seconds: bounded by time rather than by the 20 attempts a coordinator move gets.
+        unstable_deadline = time.monotonic() + max(30.0, 2 * self.request_timeout_s)
+        attempts = 0
+        while attempts < 20:
             resp = self._call("OffsetFetch", req)
             if resp is None or resp.error_code in _COORDINATOR_ERRORS:
                 last = "unavailable" if resp is None else errors.for_code(resp.error_code).name
+                attempts += 1
                 time.sleep(self.retry_backoff_s)
                 continue
             if resp.error_code != 0:
                 raise errors.for_code(resp.error_code)(f"OffsetFetch({self.group_id})")
+            if any(p.error_code == errors.UnstableOffsetCommitError.code for t in resp.topics for p in t.partitions):
+                last = errors.UnstableOffsetCommitError.name
+                if time.monotonic() >= unstable_deadline:
+                    raise errors.UnstableOffsetCommitError(f"OffsetFetch({self.group_id}): offsets still pending")
+                time.sleep(self.retry_backoff_s)
+                continue
             return {(t.name, p.partition): p.committed_offset for t in resp.topics for p in t.partitions
                     if p.error_code == 0 and p.committed_offset >= 0}
         raise errors.CoordinatorNotAvailableError(f"OffsetFetch({self.group_id}): {last}")

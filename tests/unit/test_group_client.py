@@ -269,3 +269,38 @@ def test_heartbeats_pause_during_a_join_and_stale_answers_are_ignored() -> None:
         time.sleep(0.01)
     assert api2.heartbeats >= 5 and not m2.rejoin_needed.is_set()
     m2.leave()
+
+
+def test_a_read_committed_offset_fetch_waits_for_pending_transactional_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KIP-447: a read_committed consumer's OffsetFetch asks require_stable and retries while the
+    coordinator answers UNSTABLE_OFFSET_COMMIT (a committed transaction's offsets whose marker is
+    not in yet); taking the stale offset made the EOS copy job of tests/chaos copy records twice."""
+    from client.connection import ClusterView
+    from client.consumer import Consumer
+    from proto import minikafka_pb2 as pb
+
+    def answer(code: int, offset: int) -> pb.OffsetFetchResponse:
+        return pb.OffsetFetchResponse(topics=[pb.OffsetFetchTopicResponse(name="t", partitions=[
+            pb.OffsetFetchPartitionResponse(partition=0, committed_offset=offset, error_code=code)])])
+
+    script = [answer(errors.UnstableOffsetCommitError.code, -1), answer(errors.UnstableOffsetCommitError.code, -1),
+              answer(0, 42)]
+    sent: list[Any] = []
+
+    def call(self: Any, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        sent.append(request)
+        return script.pop(0)
+
+    from client.group_client import GroupMember
+    monkeypatch.setattr(GroupMember, "_call", call)
+    monkeypatch.setattr(ClusterView, "refresh", lambda *a, **k: None)
+    c = Consumer(bootstrap_servers="127.0.0.1:1", group_id="g", isolation_level="read_committed",
+                 retry_backoff_ms=1)
+    assert c.committed(("t", 0)) == 42
+    assert len(sent) == 3 and all(r.require_stable for r in sent)
+    # read_uncommitted asks for the offsets as they are (no require_stable, nothing retried).
+    script[:] = [answer(0, 7)]
+    sent.clear()
+    c2 = Consumer(bootstrap_servers="127.0.0.1:1", group_id="g", retry_backoff_ms=1)
+    assert c2.committed(("t", 0)) == 7
+    assert [r.require_stable for r in sent] == [False]

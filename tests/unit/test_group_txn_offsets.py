@@ -149,3 +149,37 @@ def test_expiry_keeps_a_group_whose_transaction_is_open_and_its_commit_lands_lat
         assert await c.fetch_offsets(G, None) == (NONE, {T1: OffsetAndMetadata(10)})
 
     asyncio.run(run())
+
+
+def test_offset_delete_drops_the_pending_txn_offsets_of_its_partitions() -> None:
+    """Kafka's removeOffsets: OffsetDelete of T0 takes the committed offset and the one an open
+    transaction holds pending; the transaction's COMMIT then brings back only T1's."""
+    sm = GroupStateMachine()
+    sm.load(G, {T0: om(1, 0), T1: om(1, 0)})
+    pending(sm, {T0: om(10, 100), T1: om(10, 100)})
+    sm.remove_offsets(G, [T0])
+    assert sm.pending_txn_partitions(G) == {T1}
+    assert sm.txn_offsets_to_commit(G, PID, 300) == {T1: om(10, 100)}
+    sm.txn_offsets_completed(G, PID, sm.txn_offsets_to_commit(G, PID, 300))
+    assert sm.fetch_offsets(G, None) == {T1: OffsetAndMetadata(10)}
+    # A transaction whose every pending offset was deleted still counts until its marker (hasOffsets).
+    pending(sm, {T0: om(20, 400)}, pid=PID + 1)
+    sm.remove_offsets(G, [T0, T1])
+    assert sm.pending_txn_partitions(G) == set() and sm.pending_txn_offsets(G, PID + 1) is not None
+    assert not sm.expiry_empties_group(G, [])
+    assert sm.txn_offsets_to_commit(G, PID + 1, 500) == {}
+
+
+def test_offset_delete_through_the_coordinator_drops_a_pending_only_partition() -> None:
+    """The shell: T1 has only a pending transactional offset (nothing stored as committed); OffsetDelete
+    of T1 still removes it, so the later COMMIT marker does not make it the group's offset."""
+    async def run() -> None:
+        now = [1_000]
+        c, _zk = coordinator(now)
+        assert await c.commit_offsets(G, -1, "", {T0: OffsetAndMetadata(1)}) == {T0: NONE}
+        assert await c.txn_commit_offsets(G, PID, 0, {T1: OffsetAndMetadata(10)}) == {T1: NONE}
+        assert await c.delete_offsets(G, [T1]) == (NONE, {T1: NONE})
+        assert await c.handle_txn_marker(PID, offsets_partition_for(G), commit=True) == NONE
+        assert await c.fetch_offsets(G, None) == (NONE, {T0: OffsetAndMetadata(1)})
+
+    asyncio.run(run())

@@ -707,7 +707,8 @@ class GroupCoordinator:
             code, verdicts = self.core.check_delete_offsets(group_id, partitions)
             if code != NONE:
                 return code, {}
-            doomed = sorted(self.core.stored_partitions(group_id, [tp for tp, c in verdicts.items() if c == NONE]))
+            removable = [tp for tp, c in verdicts.items() if c == NONE]
+            doomed = sorted(self.core.stored_partitions(group_id, removable))
             if doomed:
                 try:
                     await self.offload(self.ownership.delete_offsets, lease, doomed)
@@ -717,8 +718,9 @@ class GroupCoordinator:
                 except Exception as e:
                     log.warning("group %s: cannot delete offsets: %s", group_id, e)
                     return COORDINATOR_NOT_AVAILABLE, {}
-                if self._same_claim(group_id, lease):
-                    self.core.offsets_deleted(group_id, doomed)
+            if self._same_claim(group_id, lease):
+                # Kafka's removeOffsets: a transaction's pending offsets of these partitions go too.
+                self.core.remove_offsets(group_id, removable)
             return NONE, verdicts
 
     async def list_groups(self) -> tuple[int, list[tuple[str, str]]]:

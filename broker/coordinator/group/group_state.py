@@ -58,7 +58,8 @@ A group moves through Kafka's states::
   kept. At the transaction's COMMIT marker each pending offset becomes the committed
   one unless the committed one was written later (``txn_offsets_to_commit``: Kafka
   compares the commit records' log offsets, here their commit times); ABORT drops them.
-  DeleteGroups takes them with the group; offset expiry removes expired committed
+  DeleteGroups takes them with the group, OffsetDelete those of its partitions
+  (``remove_offsets``, Kafka's removeOffsets); offset expiry removes expired committed
   offsets as before (Kafka 2.8 does not look at pending transactional ones there), but a
   group with pending transactional offsets is not deleted by expiry (Kafka's
   ``hasOffsets`` keeps it out of Dead) - ``expiry_empties_group``.
@@ -713,10 +714,29 @@ class GroupStateMachine:
         return out
 
     def offsets_deleted(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
+        """Expired committed offsets are gone (pending transactional ones stay, as in Kafka 2.8's
+        removeExpiredOffsets)."""
         g = self.groups.get(group_id)
         if g is not None:
             for tp in partitions:
                 g.offsets.pop(tp, None)
+
+    def remove_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
+        """OffsetDelete took ``partitions`` (Kafka's GroupMetadata.removeOffsets): their committed
+        offsets go, and so do the offsets any open transaction holds pending for them - the
+        transaction's COMMIT marker must not bring back an offset the admin deleted. A producer
+        whose pending offsets are all gone keeps its (empty) entry until its marker, as Kafka's
+        ``pendingTransactionalOffsetCommits`` does: the group still counts as having offsets then."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return
+        doomed = set(partitions)
+        for tp in doomed:
+            g.offsets.pop(tp, None)
+        for producer_id, pending in list(g.pending_txn_offsets.items()):
+            if doomed & pending.offsets.keys():
+                g.pending_txn_offsets[producer_id] = replace(pending, offsets={
+                    tp: om for tp, om in pending.offsets.items() if tp not in doomed})
 
     def expiry_empties_group(self, group_id: str, doomed: Iterable[tuple[str, int]]) -> bool:
         """Would removing the expired offsets ``doomed`` leave the group with nothing - so that it
