@@ -54,8 +54,8 @@ integration: setup
 fuzz: setup
 	MINIKAFKA_FUZZ_PROFILE=long $(BIN)/pytest tests/fuzz --timeout 3600 $(PYTEST_ARGS)
 
-# docker-compose.yml for real (issue 35): images built, cluster up, clients, a leader SIGKILLed under
-# load, the secure override, `down -v` (tests/deploy; `make test` runs it too). Needs root for a Docker
+# docker-compose.yml for real (issue 35): images built, cluster up (a ZooKeeper ensemble of 3), clients,
+# a leader and then the ZooKeeper leader SIGKILLed under load, the secure and single-zk overrides, `down -v` (tests/deploy; `make test` runs it too). Needs root for a Docker
 # engine of its own (Debian's docker.io) and debootstrap when no image registry answers.
 compose-test: setup
 	$(BIN)/pytest tests/deploy $(PYTEST_ARGS)

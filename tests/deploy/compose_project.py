@@ -25,8 +25,11 @@ from docker_engine import DockerEngine
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 SECURE = ROOT / "docker-compose.secure.yml"
-BUILT_SERVICES = {"zookeeper": ROOT / "docker" / "zookeeper", "secrets": ROOT, "broker-1": ROOT, "broker-2": ROOT,
-                  "broker-3": ROOT}
+SINGLE_ZK = ROOT / "docker-compose.single-zk.yml"
+# The ensemble: zookeeper-N's client port is published on the host's loopback as 2180 + N.
+ZOOKEEPERS = {"zookeeper-1": 2181, "zookeeper-2": 2182, "zookeeper-3": 2183}
+BUILT_SERVICES = {**{zk: ROOT / "docker" / "zookeeper" for zk in ZOOKEEPERS}, "secrets": ROOT, "broker-1": ROOT,
+                  "broker-2": ROOT, "broker-3": ROOT}
 BROKERS = ("broker-1", "broker-2", "broker-3")
 PLAIN_GRPC = "broker-1:19092,broker-2:29092,broker-3:39092"
 PLAIN_KAFKA = "broker-1:19094,broker-2:29094,broker-3:39094"
@@ -107,6 +110,19 @@ class ComposeProject:
             time.sleep(1.0)
         logs = self.compose("logs", "--tail", "30", timeout=60, check=False).stdout
         raise AssertionError(f"not healthy after {timeout_s}s: {health}\n{logs[-6000:]}")
+
+    def zookeeper_modes(self) -> dict[str, str]:
+        """Each ZooKeeper's ``srvr`` Mode (leader, follower, standalone), asked from the host on its
+        published port; ``not serving`` for one without a quorum or not running."""
+        from client.ops.local_cluster import NOT_SERVING, four_letter_word, zookeeper_mode
+
+        modes = {}
+        for service, port in ZOOKEEPERS.items():
+            try:
+                modes[service] = zookeeper_mode(four_letter_word("127.0.0.1", port, "srvr", timeout=5.0))
+            except OSError:
+                modes[service] = NOT_SERVING
+        return modes
 
     def leftovers(self) -> dict[str, list[str]]:
         """Containers, networks and volumes of this project still in the engine."""

@@ -1,8 +1,10 @@
-"""`docker compose up` for real (issue 35): the images docker-compose.yml builds, the cluster it
-starts with its health checks, clients on the host (the project's CLI and librdkafka) and in the
-network (the `demo` service, `verify-replicas`), a partition leader SIGKILLed under idempotent
-acks=all load (SPEC S4, S8: nothing acknowledged lost, nothing duplicated), and `down -v` leaving
-nothing behind. The secure override is test_compose_secure_override.py.
+"""`docker compose up` for real (issues 35, 32): the images docker-compose.yml builds, the cluster it
+starts with its health checks (a ZooKeeper ensemble of three: one leader, two followers), clients on
+the host (the project's CLI and librdkafka) and in the network (the `demo` service,
+`verify-replicas`), a partition leader and then the ZooKeeper leader SIGKILLed under idempotent
+acks=all load (SPEC S4, S8: nothing acknowledged lost, nothing duplicated; the brokers serve on
+through ZooKeeper's leader election), and `down -v` leaving nothing behind. The secure override,
+over the single-ZooKeeper override, is test_compose_secure_override.py.
 
 Needs a Docker engine (tests/deploy/docker_engine.py starts one of its own as root) and either an
 image registry or debootstrap (base images made from Debian); skipped with the reason otherwise.
@@ -24,6 +26,7 @@ from compose_project import (
     PLAIN_GRPC,
     PLAIN_KAFKA,
     PROJECT_IMAGES,
+    ZOOKEEPERS,
     BuiltImages,
     ComposeProject,
     image_layer_hits,
@@ -33,7 +36,7 @@ from docker_engine import DockerEngine
 
 pytestmark = pytest.mark.timeout(2400)
 
-SERVICES = ("zookeeper", *BROKERS)
+SERVICES = (*ZOOKEEPERS, *BROKERS)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +49,7 @@ def plain(docker_engine: DockerEngine, compose_images: BuiltImages,
         up_s = time.monotonic() - t0
         took = project.wait_healthy(SERVICES)
         note(f"plain cluster: `up -d` returned in {up_s:.0f} s, then healthy: "
-             + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))
+             + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()) + f"; ZooKeeper modes {project.zookeeper_modes()}")
         yield project
     finally:
         project.compose("down", "-v", "--remove-orphans", timeout=300, check=False)
@@ -66,6 +69,26 @@ def test_images_run_as_non_root_and_hold_no_key_material(docker_engine: DockerEn
     hits = image_layer_hits(docker_engine, "minikafka:latest", [PEM_PRIVATE_KEY], tmp_path)
     assert hits == []
     note(f"layer scan of minikafka:latest for key material: clean ({time.monotonic() - t0:.0f} s)")
+
+
+def test_three_zookeepers_serve_as_one_ensemble(plain: ComposeProject) -> None:
+    # Healthy means serving in the quorum (zk-healthcheck): one leader, the others its followers.
+    assert sorted(plain.zookeeper_modes().values()) == ["follower", "follower", "leader"]
+    # Every broker is registered, seen from each server (a follower serves reads from its own copy,
+    # synced at most one write behind: `sync` first, as zkCli's `sync /` does).
+    from kazoo.client import KazooClient
+
+    from zk.data import BrokerIdsZNode
+
+    for port in ZOOKEEPERS.values():
+        zk = KazooClient(hosts=f"127.0.0.1:{port}", timeout=30)
+        zk.start(timeout=30)
+        try:
+            zk.sync(BrokerIdsZNode.PATH)
+            assert sorted(zk.get_children(BrokerIdsZNode.PATH), key=int) == ["1", "2", "3"], port
+        finally:
+            zk.stop()
+            zk.close()
 
 
 def test_the_cluster_serves_the_cli_librdkafka_and_the_demo(plain: ComposeProject) -> None:
@@ -93,7 +116,7 @@ def _acked(proc_line: str) -> int:
     return int(json.loads(proc_line)["acked"])
 
 
-def test_a_leader_killed_under_load_loses_nothing(plain: ComposeProject) -> None:
+def test_a_leader_and_the_zookeeper_leader_killed_under_load_lose_nothing(plain: ComposeProject) -> None:
     t0 = time.monotonic()
     r = plain.cli("topics", "--create", "--topic", "chaos", "--partitions", "3", "--replication-factor", "3",
                   "--config", "min.insync.replicas=2", "--bootstrap-server", PLAIN_GRPC)
@@ -137,7 +160,30 @@ def test_a_leader_killed_under_load_loses_nothing(plain: ComposeProject) -> None
             time.sleep(1.0)
         else:
             raise AssertionError(f"{service} not back in every ISR: {now}")
-        acked_at_least(during + 200)
+        after_broker = acked_at_least(during + 200)
+        # The ZooKeeper leader SIGKILLed under the same load: the other two elect a leader among them
+        # (a quorum of two of three), the brokers' sessions move to them and writes go on; the
+        # killed server, started again, rejoins as a follower.
+        zk_leader = next(s for s, mode in plain.zookeeper_modes().items() if mode == "leader")
+        t_zk = time.monotonic()
+        plain.compose("kill", "-s", "KILL", zk_leader, timeout=60)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            modes = plain.zookeeper_modes()
+            if sorted(m for s, m in modes.items() if s != zk_leader) == ["follower", "leader"]:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"no new ZooKeeper leader after {zk_leader} was killed: {modes}")
+        elected_s = time.monotonic() - t_zk
+        without_zk = acked_at_least(after_broker + 300)
+        t_start = time.monotonic()
+        plain.compose("start", zk_leader, timeout=120)
+        plain.wait_healthy((zk_leader,))
+        rejoined_s = time.monotonic() - t_start
+        modes = plain.zookeeper_modes()
+        assert sorted(modes.values()) == ["follower", "follower", "leader"] and modes[zk_leader] == "follower", modes
+        acked_at_least(without_zk + 200)
         out, err = load.communicate("stop\n", timeout=300)
     finally:
         if load.poll() is None:
@@ -146,13 +192,15 @@ def test_a_leader_killed_under_load_loses_nothing(plain: ComposeProject) -> None
     assert load.returncode == 0, err[-3000:]
     report = json.loads(out.strip().splitlines()[-1])
     assert report["valid"], report["summary"]
-    assert report["acked"] >= during + 200
+    assert report["acked"] >= without_zk + 200
     # Every replica byte-identical below the high watermark, checked from inside the network.
     verify = plain.compose("run", "--rm", "--no-deps", "--entrypoint", "minikafka", "secrets", "verify-replicas",
                            "--bootstrap-server", PLAIN_GRPC, "--topic", "chaos", timeout=180, check=False)
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    note(f"chaos: SIGKILL of {service} (leader of partitions {led}) under idempotent acks=all load, restart, "
-         f"{report['summary']}; verify-replicas OK; {time.monotonic() - t0:.0f} s")
+    note(f"chaos: SIGKILL of {service} (leader of partitions {led}), then of ZooKeeper's leader {zk_leader}, "
+         f"under idempotent acks=all load, each restarted, {report['summary']}; verify-replicas OK; "
+         f"{time.monotonic() - t0:.0f} s (ZooKeeper step {time.monotonic() - t_zk:.0f} s: new leader seen "
+         f"{elected_s:.1f} s after the kill, restarted server healthy {rejoined_s:.0f} s after `start`)")
 
 
 def test_down_v_leaves_no_container_network_or_volume(plain: ComposeProject) -> None:

@@ -1,5 +1,9 @@
 """The secure override for real (issue 35, SPEC S12.3): `docker compose -f docker-compose.yml -f
-docker-compose.secure.yml up -d` starts a cluster whose clients need TLS + SCRAM-SHA-256. The
+docker-compose.secure.yml up -d` starts a cluster whose clients need TLS + SCRAM-SHA-256. It runs
+over the single-ZooKeeper override (issue 32: `-f docker-compose.single-zk.yml` before it), so that
+override runs for real too - a standalone ZooKeeper answering for zookeeper-1..3, the other two with
+no container - while the ensemble runs in test_compose_cluster.py (the secure override touches no
+ZooKeeper setting but its connect strings and depends_on, the same for both). The
 admin's password and the CA come out of the `secrets` volume (as the README says); a SCRAM client
 - the project's CLI and librdkafka - produces and reads back, an anonymous one and a wrong password
 are refused, and neither the password nor any key the `secrets` service made is in the image.
@@ -22,6 +26,8 @@ from compose_project import (
     PLAIN_GRPC,
     PLAIN_KAFKA,
     SECURE,
+    SINGLE_ZK,
+    ZOOKEEPERS,
     BuiltImages,
     ComposeProject,
     image_layer_hits,
@@ -31,20 +37,20 @@ from docker_engine import DockerEngine
 
 pytestmark = pytest.mark.timeout(2400)
 
-SERVICES = ("zookeeper", *BROKERS)
+SERVICES = ("zookeeper-1", *BROKERS)
 
 
 @pytest.fixture(scope="module")
 def secure(docker_engine: DockerEngine, compose_images: BuiltImages,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeProject]:
-    project = ComposeProject(docker_engine, f"mksecure{os.getpid()}", [COMPOSE, SECURE],
+    project = ComposeProject(docker_engine, f"mksecure{os.getpid()}", [COMPOSE, SINGLE_ZK, SECURE],
                              tmp_path_factory.mktemp("secure"))
     t0 = time.monotonic()
     try:
         project.compose("up", "-d", timeout=600)
         up_s = time.monotonic() - t0
         took = project.wait_healthy(SERVICES)
-        note(f"secure override: `up -d` returned in {up_s:.0f} s, then healthy: "
+        note(f"secure + single-zk overrides: `up -d` returned in {up_s:.0f} s, then healthy: "
              + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))
         yield project
     finally:
@@ -56,6 +62,13 @@ def _secret(project: ComposeProject, name: str) -> str:
     r = project.compose("run", "--rm", "--no-deps", "--entrypoint", "cat", "bootstrap-admin",
                         f"/etc/minikafka/secrets/{name}", timeout=120)
     return r.stdout
+
+
+def test_the_single_zookeeper_override_runs_one_standalone_server(secure: ComposeProject) -> None:
+    assert secure.zookeeper_modes() == {"zookeeper-1": "standalone", "zookeeper-2": "not serving",
+                                        "zookeeper-3": "not serving"}
+    assert {zk: secure.compose("ps", "-q", zk, timeout=60).stdout.split() != [] for zk in ZOOKEEPERS} == \
+        {"zookeeper-1": True, "zookeeper-2": False, "zookeeper-3": False}
 
 
 def test_a_scram_client_produces_and_an_anonymous_one_is_refused(secure: ComposeProject) -> None:

@@ -16,12 +16,15 @@ from client.ops.local_cluster import BrokerProc, broker_properties
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 SECURE = ROOT / "docker-compose.secure.yml"
+SINGLE_ZK = ROOT / "docker-compose.single-zk.yml"
+ENSEMBLE_CONNECT = "zookeeper-1:2181,zookeeper-2:2181,zookeeper-3:2181"
 
 
 def test_compose_file_validates_with_docker_compose() -> None:
     exe = shutil.which("docker-compose")
     assert exe, "docker-compose is installed by `make setup` (scripts/ensure-system-packages.sh)"
-    for files in ([COMPOSE], [COMPOSE, SECURE]):
+    # Every combination the README documents: the ensemble or one ZooKeeper, plain or secure.
+    for files in ([COMPOSE], [COMPOSE, SECURE], [COMPOSE, SINGLE_ZK], [COMPOSE, SINGLE_ZK, SECURE]):
         r = subprocess.run([exe, *(x for f in files for x in ("-f", str(f))), "config", "-q"], capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 0, r.stderr
@@ -50,7 +53,7 @@ def test_compose_brokers_match_the_local_launcher() -> None:
             cfg = build_config({**props, "ssl.keystore.location": __file__, "ssl.truststore.location": __file__})
             assert _launcher_keys(secure) <= set(props), f"{name} lacks {_launcher_keys(secure) - set(props)}"
             assert cfg.broker_id == int(name.split("-")[1])
-            assert cfg.zookeeper_connect == "zookeeper:2181" and cfg.zookeeper_set_acl
+            assert cfg.zookeeper_connect == ENSEMBLE_CONNECT and cfg.zookeeper_set_acl
             assert props["zookeeper.session.timeout.ms"] == broker_properties(
                 BrokerProc(1, 1), "", Path("/d"), 3, Path("/s"))["zookeeper.session.timeout.ms"]
             assert cfg.authorizer_enabled == secure
@@ -83,10 +86,36 @@ def test_compose_brokers_match_the_local_launcher() -> None:
     init = parser.parse_args(spec["services"]["secrets"]["command"])
     assert init.command == "certs" and init.brokers == "1,2,3" and init.zookeeper_digest
     boot = parser.parse_args(secure_spec["services"]["bootstrap-admin"]["command"])
-    assert boot.command == "users" and boot.add == "admin" and boot.zookeeper_bootstrap == "zookeeper:2181"
+    assert boot.command == "users" and boot.add == "admin" and boot.zookeeper_bootstrap == ENSEMBLE_CONNECT
     demo = parser.parse_args(spec["services"]["demo"]["command"])
     assert demo.command == "demo" and demo.what == "cluster"
     assert "python:3.11-slim-bookworm" in (ROOT / "Dockerfile").read_text()
+
+
+def test_compose_zookeeper_ensemble_and_the_single_zookeeper_override() -> None:
+    spec = yaml.safe_load(COMPOSE.read_text())
+    zks = {name: svc for name, svc in spec["services"].items() if name.startswith("zookeeper")}
+    assert sorted(zks) == ["zookeeper-1", "zookeeper-2", "zookeeper-3"]
+    servers = {f"server.{n}=zookeeper-{n}:2888:3888;2181" for n in (1, 2, 3)}
+    for name, svc in zks.items():
+        n = int(name.split("-")[1])
+        env = svc["environment"]
+        assert env["ZOO_MY_ID"] == str(n) and set(env["ZOO_SERVERS"].split()) == servers
+        assert svc["healthcheck"]["test"] == ["CMD", "zk-healthcheck"]
+        assert svc["ports"] == [f"127.0.0.1:{2180 + n}:2181"]  # as `cluster up --zookeepers 3` numbers them
+        assert sorted(v.split(":")[1] for v in svc["volumes"]) == ["/data", "/datalog"]
+    # Brokers wait for all three to serve (compose cannot say "a quorum of"); so does bootstrap-admin.
+    secure_spec = yaml.safe_load(SECURE.read_text())
+    for services in (spec["services"], secure_spec["services"]):
+        for name, svc in services.items():
+            if name.startswith("broker-") or name == "bootstrap-admin":
+                assert {zk: cond["condition"] for zk, cond in svc["depends_on"].items()
+                        if zk.startswith("zookeeper")} == dict.fromkeys(zks, "service_healthy"), name
+    # The override: zookeeper-1 standalone under all three names, the others without a container.
+    single = yaml.safe_load(SINGLE_ZK.read_text())["services"]
+    assert single["zookeeper-1"]["environment"]["ZOO_SERVERS"] == ""
+    assert single["zookeeper-1"]["networks"]["default"]["aliases"] == ["zookeeper-2", "zookeeper-3"]
+    assert single["zookeeper-2"] == single["zookeeper-3"] == {"scale": 0}
 
 
 def test_compose_spark_job_runs_a_real_job_with_valid_arguments() -> None:
