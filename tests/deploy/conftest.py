@@ -50,7 +50,8 @@ def docker_engine() -> Iterator[DockerEngine]:
     finally:
         steps = stop_engine(engine)
         note("engine stopped: " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items())
-             + f"; the compose test took {time.monotonic() - t0:.0f} s in all")
+             + f"; the engine was up {time.monotonic() - t0:.0f} s (it lives as long as the test session, "
+             "stopped at its end: the steps above give the compose tests' own durations)")
 
 
 @pytest.fixture(scope="session")
