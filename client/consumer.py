@@ -56,7 +56,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -269,11 +269,26 @@ class Consumer:
             self._join_group()
 
     def _set_assignment(self, tps: list[TopicPartition]) -> None:
+        keep = set(tps)
+        self._drop_fetched([tp for tp in self._assignment if tp not in keep])
         self._assignment = sorted(tps)
-        keep = set(self._assignment)
         self._positions = {tp: o for tp, o in self._positions.items() if tp in keep}
         self._buffer = {tp: q for tp, q in self._buffer.items() if tp in keep}
         self._cancel_inflight()
+
+    def _drop_fetched(self, tps: Iterable[TopicPartition]) -> None:
+        """What brokers answered for ``tps`` is dropped unread (reassigned, sought): each fetch session
+        holding one of them names it in its next fetch even at an unchanged offset. A broker reads an
+        incremental fetch's partitions only when named or moved since its last answer, trusting the
+        consumer took that answer: a rebalance that dropped buffered records and resumed from the
+        committed offset - the offset the session had cached - got nothing more, ever (a CI run's
+        group consumer stalled after a coordinator failover)."""
+        dropped = set(tps)
+        if not dropped:
+            return
+        for session in self._sessions.values():
+            for tp in dropped.intersection(session.partitions):
+                session.resend(tp)
 
     # ------------------------------------------------------------ positions
 
@@ -291,6 +306,7 @@ class Consumer:
             raise errors.OffsetOutOfRangeError(f"cannot seek to a negative offset {offset}")
         self._positions[tp] = offset
         self._buffer.pop(tp, None)
+        self._drop_fetched([tp])
         self._cancel_inflight()
 
     def seek_to_beginning(self, *tps: TopicPartition) -> None:

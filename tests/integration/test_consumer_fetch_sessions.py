@@ -127,3 +127,39 @@ def test_our_consumer_reads_200_partitions_incrementally_and_through_a_leader_mo
         conn, _ = view.leader_connection(TOPIC, p)
         assert [v for _o, v in seen[tp]] == read_values(conn, TOPIC, p), tp  # the log, as a plain fetch reads it
     assert set(acked) <= {v for vs in seen.values() for _o, v in vs}
+
+
+def test_records_dropped_unread_are_fetched_again_from_the_offset_the_session_cached(cluster) -> None:  # type: ignore[no-untyped-def]
+    """A reassignment (a rebalance, assign()) drops what a fetch answered before the caller took it,
+    and the consumer resumes from the offset its session had cached (the committed one). The broker
+    reads an incremental fetch's partitions only when named or moved since its last answer, so the
+    consumer must name them again: without that a CI run's group consumer got nothing more after a
+    coordinator failover's rebalance came between a fetch's answer and the next poll."""
+    c = cluster.start(1)
+    view = cluster.view()
+    assert create_topic(view, "dropped", partitions=1, replication_factor=1).error_code == E.NONE
+    bootstrap = c.state.bootstrap_servers
+    with Producer(bootstrap, acks="all") as p:
+        for i in range(10):
+            p.send("dropped", f"v{i}".encode(), partition=0)
+        p.flush(timeout=60)
+    tp = TopicPartition("dropped", 0)
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100) as consumer:
+        consumer.assign([tp])
+        # One fetch answered and buffered, none in flight: the moment between two polls at which the
+        # heartbeat thread's rejoin request is acted on.
+        for _ in range(100):
+            consumer._send_fetches()
+            consumer._collect(1.0)
+            if consumer._buffer.get(tp) and not consumer._inflight:
+                break
+        assert consumer._buffer.get(tp) and not consumer._inflight
+        assert consumer.fetch_session_metrics()["sessions"] == 1
+        consumer.assign([])    # given up unread...
+        consumer.assign([tp])  # ...and back, from offset 0 again: what the session cached
+        got: list[int] = []
+        for _ in range(50):
+            got += [r.offset for r in consumer.poll(timeout_ms=100)]
+            if len(got) >= 10:
+                break
+        assert got == list(range(10))
