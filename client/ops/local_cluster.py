@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -59,16 +60,58 @@ def free_port(host: str = "127.0.0.1") -> int:
     return free_ports(1, host)[0]
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct free ports: all sockets stay bound until every port is picked,
-    so the kernel cannot hand out the same port twice."""
-    socks = []
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for source ports of outgoing connections and bind(0) (Linux:
+    net.ipv4.ip_local_port_range; its default when unreadable)."""
     try:
-        for _ in range(count):
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def listener_port_range(ephemeral: tuple[int, int]) -> tuple[int, int]:
+    """Where ``free_ports`` picks (pure): below the ephemeral range and above the documented ports
+    (ZooKeeper 2181..., brokers 9092...9399), or above the range when it starts too low."""
+    low, high = ephemeral
+    if low - 1 >= 20000 + 1000:
+        return 20000, low - 1
+    return (high + 1, 65535) if high < 64000 else (20000, 65535)
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports for listeners started later.
+
+    Picked outside the kernel's ephemeral range, not by bind(0): a port bind(0) handed out is free
+    only until the next outgoing connection takes it as its source port, and between this pick and
+    a broker's bind a client's or ZooKeeper's connection did (the broker exited with "Failed to
+    bind"). Each candidate is bound without SO_REUSEADDR (so nothing, not even a connection in
+    TIME_WAIT, uses it) and all stay bound until every port is picked: never the same port twice."""
+    low, high = listener_port_range(ephemeral_port_range())
+    rng = random.Random()
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        for _ in range(count * 50):  # bounded: a crowded range falls back to the kernel's choice
+            if len(ports) == count:
+                break
+            port = rng.randint(low, high)
+            if port in ports:
+                continue
+            s = socket.socket()
+            try:
+                s.bind((host, port))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+            ports.append(port)
+        while len(ports) < count:
             s = socket.socket()
             socks.append(s)
             s.bind((host, 0))
-        return [int(s.getsockname()[1]) for s in socks]
+            ports.append(int(s.getsockname()[1]))
+        return ports
     finally:
         for s in socks:
             s.close()

@@ -53,3 +53,13 @@ def test_brokers_run_this_checkouts_code() -> None:
     # they then ran whatever copy the virtualenv had installed, not this checkout.
     assert (local_cluster.PROJECT_ROOT / "pyproject.toml").is_file()
     assert (local_cluster.PROJECT_ROOT / "client" / "ops" / "local_cluster.py").is_file()
+
+
+def test_listener_ports_are_picked_outside_the_kernels_ephemeral_range() -> None:
+    # A port from bind(0) is an ephemeral one: the next outgoing connection may take it as its
+    # source port before the broker binds it (a CI run's broker exited "Failed to bind").
+    assert local_cluster.listener_port_range((32768, 60999)) == (20000, 32767)  # Linux's default
+    assert local_cluster.listener_port_range((49152, 65535)) == (20000, 49151)  # IANA's
+    assert local_cluster.listener_port_range((1024, 60000)) == (60001, 65535)   # nothing below: above
+    low, high = local_cluster.listener_port_range((1024, 65000))
+    assert (low, high) == (20000, 65535)  # no room outside: anywhere above the documented ports
