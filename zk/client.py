@@ -47,7 +47,13 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import RetryFailedError
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
-from proto.errors import KafkaError, NotCoordinatorError, RecordListTooLargeError, TopicAlreadyExistsError
+from proto.errors import (
+    KafkaError,
+    NotCoordinatorError,
+    ProducerFencedError,
+    RecordListTooLargeError,
+    TopicAlreadyExistsError,
+)
 from zk.data import (
     MAX_ZNODE_BYTES,
     OPEN_PATHS,
@@ -1252,24 +1258,67 @@ class KafkaZkClient:
             return []
         return sorted(e for e in (TxnOffsetsZNode.parse_index(n) for n in names) if e is not None)
 
+    def txn_offsets_fence(self, partition: int, producer_id: int) -> tuple[int, int] | None:
+        """(epoch, znode version) of ``producer_id``'s fence on __consumer_offsets ``partition``
+        (``TxnOffsetsZNode.fence``); None when no marker set one."""
+        try:
+            data, stat = self._r(self.zk.get, TxnOffsetsZNode.fence(partition, producer_id))
+        except NoNodeError:
+            return None
+        try:
+            return int(data.decode()), stat.version
+        except (UnicodeDecodeError, ValueError):
+            return -1, stat.version  # unreadable: no fence (the next marker writes a good one)
+
+    def raise_txn_offsets_fence(self, partition: int, producer_id: int, epoch: int) -> int:
+        """A marker of ``epoch`` reached ``partition``: the fence becomes at least ``epoch`` (conditional
+        writes, retried on a race). Returns the fence now stored."""
+        path = TxnOffsetsZNode.fence(partition, producer_id)
+        for _attempt in range(5):
+            current = self.txn_offsets_fence(partition, producer_id)
+            try:
+                if current is None:
+                    self._r(self.zk.create, path, str(epoch).encode(), makepath=True)
+                    return epoch
+                if current[0] >= epoch:
+                    return current[0]
+                self._r(self.zk.set, path, str(epoch).encode(), current[1])
+                return epoch
+            except (NodeExistsError, BadVersionError):
+                continue  # another marker or commit wrote it meanwhile: read again
+        raise KazooException(f"transaction fence of producer {producer_id} on partition {partition} kept changing")
+
     def write_group_txn_offsets(self, lease: GroupLease, producer_id: int, pending: PendingTxnOffsets,
                                 partition: int, exists: bool) -> None:
-        """Store ``pending`` (creating it and its index entry unless ``exists``), guarded by ``lease``;
-        NotCoordinatorError when fenced."""
+        """Store ``pending`` (creating it and its index entry unless ``exists``), guarded by ``lease``
+        and by the producer's fence (``TxnOffsetsZNode.fence``): ProducerFencedError when a marker of a
+        newer epoch reached the partition; NotCoordinatorError when the lease is fenced."""
         group = lease.group_id
         self._r(self.zk.ensure_path, TxnOffsetsZNode.pending_dir(group))
         self._r(self.zk.ensure_path, TxnOffsetsZNode.index_dir(partition))
         path, index = TxnOffsetsZNode.pending(group, producer_id), TxnOffsetsZNode.index(partition, producer_id, group)
+        fence_path = TxnOffsetsZNode.fence(partition, producer_id)
         data = pending.encode()
         if len(data) > MAX_ZNODE_BYTES:
             raise RecordListTooLargeError(f"group {group}: {len(pending.offsets)} pending offsets do not fit a znode")
-        for _attempt in range(3):
+        for _attempt in range(5):
+            fence = self.txn_offsets_fence(partition, producer_id)
+            if fence is not None and fence[0] > pending.producer_epoch:
+                raise ProducerFencedError(f"producer {producer_id} epoch {pending.producer_epoch} was fenced: a "
+                                          f"transaction marker of epoch {fence[0]} reached the group's partition")
+            if fence is None:
+                self._r(self.zk.ensure_path, TxnOffsetsZNode.fences_dir(partition))
+                guard_fence = ZkWrite("create", fence_path, b"-1")
+            else:  # unchanged, but only if no marker moved it since it was read: the version check
+                guard_fence = ZkWrite("set", fence_path, str(fence[0]).encode(), fence[1])
             writes = ([ZkWrite("set", path, data)] if exists
                       else [ZkWrite("create", path, data), ZkWrite("create", index)])
-            result = self.commit_guarded(lease.zk_version, writes, guard=ConsumersZNode.coordinator(group))
+            result = self.commit_guarded(lease.zk_version, [*writes, guard_fence],
+                                         guard=ConsumersZNode.coordinator(group))
             if result.applied:
                 return
-            exists = result.current.get(path) is not None
+            if path in result.current:
+                exists = result.current[path] is not None
         raise KazooException(f"group {group}: pending offsets could not be written (znodes kept changing)")
 
     def complete_group_txn_offsets(self, lease: GroupLease, producer_id: int, partition: int,

@@ -843,6 +843,20 @@ class TxnOffsetsZNode:
         pid, sep, group = name.partition("-")
         return (int(pid), group) if sep and pid.isdigit() and group else None
 
+    @staticmethod
+    def fence(partition: int, producer_id: int) -> str:
+        """The highest producer epoch a transaction marker for ``producer_id`` carried to
+        __consumer_offsets ``partition`` (a decimal number; -1: none yet). Kafka fences a late
+        TxnOffsetCommit of a fenced producer with that partition's producer state (the marker's epoch
+        is in its log); here a TxnOffsetCommit of an older epoch is refused against this znode, and
+        its pending offsets are written in a multi that checks the znode's version, so a marker
+        written meanwhile either fences the commit or finds its pending offsets in the index."""
+        return f"{TxnOffsetsZNode.fences_dir(partition)}/{producer_id}"
+
+    @staticmethod
+    def fences_dir(partition: int) -> str:
+        return f"{TxnOffsetsZNode.INDEX}/{partition}/fences"  # not an index entry: parse_index skips it
+
 
 # Paths the cluster needs before anything runs (Kafka's ZkData.PersistentZkPaths).
 PERSISTENT_PATHS: Final = (

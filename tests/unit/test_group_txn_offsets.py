@@ -183,3 +183,53 @@ def test_offset_delete_through_the_coordinator_drops_a_pending_only_partition() 
         assert await c.fetch_offsets(G, None) == (NONE, {T0: OffsetAndMetadata(1)})
 
     asyncio.run(run())
+
+
+def test_a_txn_offset_commit_of_a_fenced_epoch_after_the_abort_marker_is_refused_for_good() -> None:
+    """A zombie's TxnOffsetCommit reaching the group after its successor's InitProducerId aborted the
+    transaction (abort marker of epoch 1, nothing pending yet) would wait for a marker already sent:
+    every read_committed OffsetFetch of the group UNSTABLE_OFFSET_COMMIT forever (the exactly-once
+    chaos test's stall). Kafka refuses it through the offsets partition's producer state; here the
+    marker raised the producer's fence znode, which a new coordinator reads too."""
+    async def run() -> None:
+        now = [1_000]
+        c, zk = coordinator(now)
+        part = offsets_partition_for(G)
+        assert await c.handle_txn_marker(PID, part, commit=False, producer_epoch=1) == NONE
+        assert zk.txn_offsets_fence(part, PID) is not None
+        assert await c.txn_commit_offsets(G, PID, 0, {T1: OffsetAndMetadata(10)}) == {T1: PRODUCER_FENCED}
+        assert c.pending_txn_partitions(G) == set() and zk.txn_offsets_index(part) == []
+        # The group moves to a coordinator that saw no marker: ZooKeeper's fence still refuses.
+        c2 = GroupCoordinator(1, zk, lambda: [1], CoordinatorLimits(), clock=lambda: now[0], offload=direct)
+        assert await c2.txn_commit_offsets(G, PID, 0, {T1: OffsetAndMetadata(10)}) == {T1: PRODUCER_FENCED}
+        # The successor (epoch 1) commits offsets in its own transactions as before.
+        assert await c2.txn_commit_offsets(G, PID, 1, {T1: OffsetAndMetadata(11)}) == {T1: NONE}
+        assert await c2.handle_txn_marker(PID, part, commit=True, producer_epoch=1) == NONE
+        assert await c2.fetch_offsets(G, None) == (NONE, {T1: OffsetAndMetadata(11)})
+
+    asyncio.run(run())
+
+
+def test_a_marker_raising_the_fence_while_pending_offsets_are_written_fences_that_write() -> None:
+    """The marker came between the commit's read of the fence and its multi: the multi checks the
+    fence's version, fails, and the commit is refused on the second look (never written unseen)."""
+    async def run() -> None:
+        now = [1_000]
+        c, zk = coordinator(now)
+        part = offsets_partition_for(G)
+        assert await c.handle_txn_marker(PID, part, commit=True, producer_epoch=0) == NONE  # fence at 0
+        read = zk.txn_offsets_fence
+        raced: list[int] = []
+
+        def racing(partition: int, producer_id: int) -> tuple[int, int] | None:
+            got = read(partition, producer_id)
+            if not raced:
+                raced.append(1)
+                zk.raise_txn_offsets_fence(partition, producer_id, 1)  # the successor's abort marker
+            return got
+
+        zk.txn_offsets_fence = racing  # type: ignore[method-assign]
+        assert await c.txn_commit_offsets(G, PID, 0, {T1: OffsetAndMetadata(10)}) == {T1: PRODUCER_FENCED}
+        assert raced and zk.txn_offsets_index(part) == [] and zk.get_group_txn_offsets(G) == {}
+
+    asyncio.run(run())

@@ -105,6 +105,8 @@ from zk.data import ConsumersZNode, GroupLease, PendingTxnOffsets
 log = logging.getLogger(__name__)
 
 NOT_COORDINATOR: Final = errors.NotCoordinatorError.code
+PRODUCER_FENCED: Final = errors.ProducerFencedError.code
+MAX_CACHED_TXN_FENCES: Final = 100_000
 COORDINATOR_NOT_AVAILABLE: Final = errors.CoordinatorNotAvailableError.code
 GROUP_ID_NOT_FOUND: Final = errors.GroupIdNotFoundError.code
 INVALID_GROUP_ID: Final = errors.InvalidGroupIdError.code
@@ -209,6 +211,9 @@ class GroupOwnership:
     def txn_offsets_index(self, partition: int) -> list[tuple[int, str]]:
         return self.zk.txn_offsets_index(partition)
 
+    def raise_txn_fence(self, partition: int, producer_id: int, producer_epoch: int) -> int:
+        return self.zk.raise_txn_offsets_fence(partition, producer_id, producer_epoch)
+
 
 def pending_to_znode(pending: PendingTxnOffsetCommit) -> PendingTxnOffsets:
     return PendingTxnOffsets(
@@ -243,6 +248,9 @@ class GroupCoordinator:
         self._waiters: dict[tuple[str, str, str], asyncio.Future[JoinGroupResult | SyncGroupResult]] = {}
         self._early: dict[tuple[str, str, str], JoinGroupResult | SyncGroupResult] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}
+        # (offsets partition, producer id) -> the fence epoch ZooKeeper holds at least (markers of the
+        # same epoch, every transaction of a producer but its first, write nothing).
+        self._fences: dict[tuple[int, int], int] = {}
         # Bumped by every session loss: a load begun in an older session must not install its lease.
         self._session_generation = 0
         self._wake = asyncio.Event()
@@ -778,6 +786,12 @@ class GroupCoordinator:
             except errors.NotCoordinatorError:
                 self._fenced(group_id, lease)
                 return {tp: NOT_COORDINATOR for tp in offsets}
+            except errors.ProducerFencedError as e:
+                # A marker of a newer epoch (a zombie's transaction aborted by its successor's
+                # InitProducerId) came first: pending offsets written now would wait for a marker that
+                # was already sent, and every read_committed OffsetFetch would be UNSTABLE_OFFSET_COMMIT.
+                log.info("group %s: %s", group_id, e)
+                return {tp: PRODUCER_FENCED for tp in offsets}
             except errors.KafkaError as e:
                 return {tp: (e.code if tp in accepted else c) for tp, c in result.items()}
             except Exception as e:
@@ -792,13 +806,26 @@ class GroupCoordinator:
         """Partitions of ``group_id`` with transactional offsets pending (OffsetFetch require_stable)."""
         return self.core.pending_txn_partitions(group_id)
 
-    async def handle_txn_marker(self, producer_id: int, partition: int, commit: bool) -> int:
+    async def handle_txn_marker(self, producer_id: int, partition: int, commit: bool, producer_epoch: int = -1) -> int:
         """A transaction's COMMIT/ABORT for its offsets in __consumer_offsets ``partition`` (Kafka's
         handleTxnCompletion): every group of that partition with offsets pending for ``producer_id``
         - found through ZooKeeper's index - that this broker coordinates has them committed (COMMIT)
         or dropped (ABORT). NONE when none is left here; NOT_COORDINATOR when such a group belongs to
         another coordinator (whose own marker completes it; the sender retries after metadata moves);
-        COORDINATOR_NOT_AVAILABLE to retry."""
+        COORDINATOR_NOT_AVAILABLE to retry.
+
+        First the producer's fence on ``partition`` is raised to the marker's ``producer_epoch``
+        (``TxnOffsetsZNode.fence``), then the index is read: a TxnOffsetCommit of an older epoch still
+        on its way is refused, and one written before the fence moved is in the index."""
+        if producer_epoch >= 0 and self._fences.get((partition, producer_id), -1) < producer_epoch:
+            try:
+                stored = await self.offload(self.ownership.raise_txn_fence, partition, producer_id, producer_epoch)
+            except Exception as e:
+                log.warning("transaction marker for producer %d: cannot raise its fence: %s", producer_id, e)
+                return COORDINATOR_NOT_AVAILABLE
+            if len(self._fences) >= MAX_CACHED_TXN_FENCES:
+                self._fences.clear()  # a cache: ZooKeeper has them all
+            self._fences[(partition, producer_id)] = stored
         try:
             entries = await self.offload(self.ownership.txn_offsets_index, partition)
         except Exception as e:

@@ -200,7 +200,7 @@ class TxnApis:
                             code = E.INVALID_REQUEST
                         else:
                             code = _w(await self.group_coordinator.handle_txn_marker(
-                                m.producer_id, index, m.transaction_result))
+                                m.producer_id, index, m.transaction_result, m.producer_epoch))
                         tr.partitions.add(partition_index=index, error_code=code)
             return answered
 
