@@ -556,6 +556,9 @@ class ReplicaManager:
                     cp.answered_high_watermark = pr.high_watermark
                     cp.answered_log_start_offset = pr.log_start_offset
         session.take_dirty()
+        # Records answered stay to read until the fetcher names a new offset (see _read_session).
+        session.dirty.update((tr.name, pr.partition) for tr in resp.topics for pr in tr.partitions
+                             if pr.records and (tr.name, pr.partition) in session.partitions)
         return resp
 
     async def _incremental_fetch(self, req: pb.FetchRequest, session: FetchSession, follower: bool,
@@ -641,7 +644,8 @@ class ReplicaManager:
     def _read_session(self, req: pb.FetchRequest, session: FetchSession, candidates: list[TopicPartition],
                       follower: bool) -> tuple[pb.FetchResponse, int, list[TopicPartition]]:
         """An incremental answer: the candidates with records, a moved HW or log start, or an error.
-        Returns it, its record bytes, and the candidates the byte budget left for the next fetch."""
+        Returns it, its record bytes, and the candidates to read on the next fetch again: those the byte
+        budget left, and those answered with records (until a fetch names their next offset)."""
         resp = pb.FetchResponse(error_code=E.NONE, session_id=session.session_id)
         cap = self.settings.fetch_max_bytes
         budget = min(req.max_bytes, cap) if req.max_bytes > 0 else cap
@@ -692,6 +696,12 @@ class ReplicaManager:
                                    log_end_offset=leo, records=data, leader_epoch=leader_epoch)
             if committed and data:
                 _add_aborted_transactions(pr, lg, cp.fetch_offset, data)
+            if data:
+                # Read again on the next fetch unless it names a new offset: a fetcher that dropped
+                # this answer (a consumer's rebalance or seek) and fetches from the same offset gets
+                # the records again, as from Kafka, whose session reads every partition from its
+                # cached offset on each fetch. One that took them names its next offset anyway.
+                leftover.append(tp)
             total += len(data)
             budget -= len(data)
         return resp, total, leftover
