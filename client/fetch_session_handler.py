@@ -19,10 +19,11 @@ current leader epoch, max bytes), so the consumer keeps one handler per broker i
 * an incremental answer lists only partitions with something new; the ones it leaves out had
   nothing (the consumer keeps their positions as they are).
 
-The broker reads, on an incremental fetch, only the partitions named or appended to since its last
-answer: it assumes the consumer took what it answered. A consumer that drops a partition's answer
-(a prefetch's error, a position reset) therefore calls :meth:`resend`, and the next fetch names that
-partition again even though its state did not change.
+A broker may read, on an incremental fetch, only the partitions named or moved since its last
+answer (this project's brokers keep one answered with records to read until its next offset is
+named, as Kafka's re-read every partition; an older one did not). A consumer that drops a
+partition's answer (a prefetch's error, a position reset, a rebalance) therefore calls
+:meth:`resend`, and the next fetch names that partition again even though its state did not change.
 
 Errors, as Kafka's handler: FETCH_SESSION_ID_NOT_FOUND (evicted, the broker restarted) starts over
 with a new session (id 0, epoch 0); INVALID_FETCH_SESSION_EPOCH, a failed or cancelled request

@@ -25,7 +25,10 @@ offset, log start, current leader epoch, max bytes) and what the answers said
 To keep the leader's work per fetch proportional to what moved, each session
 keeps a **dirty** set: the partitions the last request named, plus those the
 shell marked (``mark_changed``) since the last answer because they were
-appended to, their high watermark moved or their leadership changed. An
+appended to, their high watermark moved or their leadership changed, plus
+those the last answer carried records for (read again until a fetch names a
+new offset: a fetcher that dropped the answer gets it again, as from Kafka,
+whose session re-reads every partition from its cached offset). An
 incremental fetch reads only its dirty partitions; a parked one is woken only
 by marks on its own partitions, and checks only the partitions marked since it
 last looked (``take_fresh``), never a walk over all it follows.
