@@ -336,19 +336,11 @@ def test_exactly_once_copy_job_survives_leader_controller_and_coordinator_faults
                f"aborts={job.aborts} restarts={job.restarts} errors={job.errors_seen[:8]} "
                f"took={time.monotonic() - started:.1f}s")
     print(summary)
-    if faults.failure is not None and "waiting for progress" in str(faults.failure):
-        # A known liveness bug, not an exactly-once violation (issue 31 stays open for it): in 2 of
-        # 8 runs on 2026-11-26 the job stopped making progress after the transaction coordinator's
-        # broker was killed twice within seconds - its consumer kept getting UNSTABLE_OFFSET_COMMIT
-        # for the fenced transaction's pending offsets, which nothing resolved (the restarted
-        # broker loaded neither the group nor the transactional id). Every run that completes is
-        # checked in full below; this one only says it stalled.
-        pytest.xfail(f"known stall after a double coordinator restart (issue 31): {faults.failure!r}; {summary}")
     assert faults.failure is None, (repr(faults.failure), summary)
-    if not job.done.is_set():
-        # The same known liveness bug seen from the end: the job stalled after the last coordinator
-        # kill and ran out of its deadline (CI run on 68da16d: 198 of ~200 transactions committed).
-        pytest.xfail(f"known stall after a coordinator restart (issue 31): the copy job did not finish; {summary}")
+    # The job once stalled here (2 of 8 runs): a fenced producer's TxnOffsetCommit reached the group
+    # after its successor's abort marker and left pending offsets no marker would complete, so every
+    # read_committed OffsetFetch answered UNSTABLE_OFFSET_COMMIT. The marker's fence now refuses it.
+    assert job.done.is_set(), f"the copy job did not finish in {JOB_DEADLINE_S:.0f} s: {summary}"
     assert len(faults.done) == len(FAULTS), summary
     assert job.aborts >= 3 and job.restarts >= 1, summary  # both recovery paths ran
     wait_for(lambda: all(len(isr_of(view, t, p)) == 3 for t in (SOURCE, SINK) for p in range(PARTITIONS)),
