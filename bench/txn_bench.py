@@ -21,7 +21,10 @@ rest of the cluster writes meanwhile (normally 0). Finally the committed records
 our Consumer with isolation_level=read_committed and read_uncommitted (records/s of each): what
 read_committed costs a reader.
 
-    python bench/txn_bench.py [--txns 200] [--sizes 1,10,100] [--partitions 3] [--json]
+    python bench/txn_bench.py [--txns 200] [--sizes 1,10,100] [--partitions 3] [--json] [--set KEY=VALUE]
+
+(``--set transaction.partition.verification.enable=false``: without the leaders' verification of
+each transaction's first batch per partition, KIP-890 part 1 - what it costs.)
 """
 
 from __future__ import annotations
@@ -142,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sizes", default="1,10,100", help="records per transaction, comma-separated")
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker config of the bench's cluster (repeatable), e.g. "
+                         "transaction.partition.verification.enable=false")
     return ap
 
 
@@ -149,7 +155,13 @@ def main() -> None:
     args = build_parser().parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     root = Path(tempfile.mkdtemp(prefix="txn-bench-"))
-    cluster = LocalCluster(root / "cluster", broker_overrides={"zookeeper.session.timeout.ms": "10000"})
+    overrides = {"zookeeper.session.timeout.ms": "10000"}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item}: KEY=VALUE")
+        overrides[key.strip()] = value.strip()
+    cluster = LocalCluster(root / "cluster", broker_overrides=overrides)
     cases: dict[str, Any] = {}
     try:
         state = cluster.up(3)

@@ -670,7 +670,9 @@ class Producer:
 
     def _send_request(self, leader: int, address: str | None, batches: list[ProducerBatch]) -> None:
         """Send one request (in order on the broker's stream); a task waits for its answer."""
-        req = pb.ProduceRequest(acks=self.acks, timeout_ms=int(self.request_timeout_s * 1000))
+        req = pb.ProduceRequest(acks=self.acks, timeout_ms=int(self.request_timeout_s * 1000),
+                                # the leader verifies a transaction's first batch with its coordinator (KIP-890)
+                                transactional_id=self._txn.transactional_id if self._txn is not None else "")
         by_topic: dict[str, pb.ProduceTopicData] = {}
         for b in batches:
             td = by_topic.get(b.topic)

@@ -10,8 +10,9 @@ broker translates the request into the same ``ProduceRequest`` the gRPC listener
 (``broker.network.kafka_wire``), so this module only writes and reads Kafka's bytes:
 
 * request: header v1 (api key 0, version 8, correlation id, client id), then Produce v8 -
-  transactional id (null), acks, timeout, and per topic and partition the record batch bytes as
-  the producer built them (v8 is the newest non-flexible version: no tagged fields);
+  transactional id (null unless the producer is transactional), acks, timeout, and per topic
+  and partition the record batch bytes as the producer built them (v8 is the newest
+  non-flexible version: no tagged fields);
 * response: header v0 (correlation id), then per topic and partition the error code, base
   offset, log append time, log start offset, record errors and error message, then the
   throttle time - returned as the ``ProduceResponse`` the gRPC listener would have answered.
@@ -35,7 +36,7 @@ VERSION: Final = 8
 MAX_CLIENT_ID_BYTES: Final = 0x7FFF
 
 _HEADER: Final = struct.Struct(">ihhih")  # size, api key, api version, correlation id, client id length
-_ACKS_TIMEOUT: Final = struct.Struct(">hhi")  # transactional id length (-1: null), acks, timeout
+_ACKS_TIMEOUT: Final = struct.Struct(">hi")  # acks, timeout (after the transactional id: int16 length, -1 null)
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 # One partition of a Produce v5-v8 answer: the broker writes it (broker.network.kafka_wire) and the producer reads it.
@@ -45,8 +46,12 @@ PARTITION_RESPONSE: Final = struct.Struct(">ihqqq")  # index, error code, base o
 def encode_produce_request(correlation_id: int, client_id: str, request: pb.ProduceRequest) -> bytes:
     """The size-prefixed Produce v8 frame of ``request`` (its records passed through as they are)."""
     cid = client_id.encode()[:MAX_CLIENT_ID_BYTES]
-    parts: list[bytes] = [b"", cid, _ACKS_TIMEOUT.pack(-1, request.acks, request.timeout_ms),
-                          _I32.pack(len(request.topics))]
+    if request.transactional_id:  # a transactional producer's: its leaders verify with it (KIP-890)
+        tid = request.transactional_id.encode()
+        head = _I16.pack(len(tid)) + tid + _ACKS_TIMEOUT.pack(request.acks, request.timeout_ms)
+    else:
+        head = _I16.pack(-1) + _ACKS_TIMEOUT.pack(request.acks, request.timeout_ms)
+    parts: list[bytes] = [b"", cid, head, _I32.pack(len(request.topics))]
     for td in request.topics:
         name = td.name.encode()
         parts.append(_I16.pack(len(name)) + name + _I32.pack(len(td.partitions)))

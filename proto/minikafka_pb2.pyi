@@ -1981,16 +1981,18 @@ class AddPartitionsToTxnTopic(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AddPartitionsToTxnRequest(_message.Message):
-    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "topics")
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "topics", "transactions")
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     transactional_id: str
     producer_id: int
     producer_epoch: int
     topics: _containers.RepeatedCompositeFieldContainer[AddPartitionsToTxnTopic]
-    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[AddPartitionsToTxnTopic, _Mapping]]] = ...) -> None: ...
+    transactions: _containers.RepeatedCompositeFieldContainer[AddPartitionsToTxnTransaction]
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[AddPartitionsToTxnTopic, _Mapping]]] = ..., transactions: _Optional[_Iterable[_Union[AddPartitionsToTxnTransaction, _Mapping]]] = ...) -> None: ...
 
 class AddPartitionsToTxnPartitionResult(_message.Message):
     __slots__ = ("partition", "error_code")
@@ -2009,10 +2011,14 @@ class AddPartitionsToTxnTopicResult(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[AddPartitionsToTxnPartitionResult, _Mapping]]] = ...) -> None: ...
 
 class AddPartitionsToTxnResponse(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "error_code", "results_by_transaction")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_BY_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[AddPartitionsToTxnTopicResult]
-    def __init__(self, topics: _Optional[_Iterable[_Union[AddPartitionsToTxnTopicResult, _Mapping]]] = ...) -> None: ...
+    error_code: ErrorCode
+    results_by_transaction: _containers.RepeatedCompositeFieldContainer[AddPartitionsToTxnResult]
+    def __init__(self, topics: _Optional[_Iterable[_Union[AddPartitionsToTxnTopicResult, _Mapping]]] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., results_by_transaction: _Optional[_Iterable[_Union[AddPartitionsToTxnResult, _Mapping]]] = ...) -> None: ...
 
 class AddOffsetsToTxnRequest(_message.Message):
     __slots__ = ("transactional_id", "producer_id", "producer_epoch", "group_id")
@@ -2111,3 +2117,25 @@ class TxnOffsetCommitResponse(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TxnOffsetCommitTopicResponse]
     def __init__(self, topics: _Optional[_Iterable[_Union[TxnOffsetCommitTopicResponse, _Mapping]]] = ...) -> None: ...
+
+class AddPartitionsToTxnTransaction(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "verify_only", "topics")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    verify_only: bool
+    topics: _containers.RepeatedCompositeFieldContainer[AddPartitionsToTxnTopic]
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., verify_only: _Optional[bool] = ..., topics: _Optional[_Iterable[_Union[AddPartitionsToTxnTopic, _Mapping]]] = ...) -> None: ...
+
+class AddPartitionsToTxnResult(_message.Message):
+    __slots__ = ("transactional_id", "topic_results")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    topic_results: _containers.RepeatedCompositeFieldContainer[AddPartitionsToTxnTopicResult]
+    def __init__(self, transactional_id: _Optional[str] = ..., topic_results: _Optional[_Iterable[_Union[AddPartitionsToTxnTopicResult, _Mapping]]] = ...) -> None: ...

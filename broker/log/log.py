@@ -90,7 +90,7 @@ from broker.log.checkpoint import (
 from broker.log.cleaner import check_keys_for_compaction
 from broker.log.config import LogConfig
 from broker.log.epoch_cache import LeaderEpochCache
-from broker.log.producer_state import CompletedTxn, ProducerStateManager
+from broker.log.producer_state import CompletedTxn, ProducerStateManager, VerificationGuard
 from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
 from broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, collect_from_segments
 from proto.errors import (
@@ -424,10 +424,13 @@ class Log:
     # ------------------------------------------------------------ appends
 
     def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int,
-                         max_producer_id: int | None = None) -> LogAppendInfo:
+                         max_producer_id: int | None = None, verify_txn: bool = False,
+                         verification_guard: VerificationGuard | None = None) -> LogAppendInfo:
         """Validate every record (SPEC S13.1, Kafka's LogValidator), assign offsets and the leader
         epoch, write. Raises typed errors for bad input; nothing is written unless every batch
-        checks out."""
+        checks out. ``verify_txn`` (transaction.partition.verification.enable, KIP-890): a
+        transactional batch of a producer with no transaction open here needs the producer's
+        current ``verification_guard`` (InvalidTxnStateError otherwise)."""
         cfg = self.config
         min_ts, max_ts = MIN_TIMESTAMP, MAX_TIMESTAMP
         if cfg.message_timestamp_type == "CreateTime":
@@ -451,7 +454,7 @@ class Log:
             if unknown > max_producer_id:
                 raise UnknownProducerIdError(f"producer id {unknown} was never allocated by this cluster")
         if idempotent:
-            dup = self._check_producer_state(idempotent, info)
+            dup = self._check_producer_state(idempotent, info, verify_txn, verification_guard)
             if dup is not None:
                 return dup
         if leader_epoch >= 0:
@@ -478,13 +481,18 @@ class Log:
                 self._producer_state.update(b, offsets[b.position], max_ts if append_time >= 0 else None)
         return result
 
-    def _check_producer_state(self, idempotent: tuple[BatchInfo, ...], info: BatchesInfo) -> LogAppendInfo | None:
+    def _check_producer_state(self, idempotent: tuple[BatchInfo, ...], info: BatchesInfo, verify_txn: bool,
+                              guard: VerificationGuard | None) -> LogAppendInfo | None:
         """KIP-98 on the leader: a retried batch gets its original offsets back (nothing written);
-        a gap or an old epoch is refused before anything is written."""
+        a gap or an old epoch is refused before anything is written; so is, with ``verify_txn``, a
+        transactional batch the coordinator did not verify (KIP-890; after the duplicate check, as
+        Kafka's ``analyzeAndValidateProducerState``)."""
         state = self.producer_state
         for b in idempotent:
             dup = state.check(b, log_was_trimmed=self.log_start_offset > 0)
             if dup is None:
+                if verify_txn:
+                    state.check_verified(b, guard)
                 continue
             if info.batch_count != 1:
                 raise OutOfOrderSequenceNumberError(

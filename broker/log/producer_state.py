@@ -24,6 +24,22 @@ INVALID_PRODUCER_EPOCH, an older coordinator epoch than the producer's last
 marker TRANSACTION_COORDINATOR_FENCED (leader only; followers and rebuilds
 take what the leader wrote).
 
+Verification (KIP-890 part 1, Kafka 3.6's ``VerificationGuard``): with
+transaction.partition.verification.enable, the leader appends a transactional
+batch of a producer with no open transaction here only after the
+transaction coordinator confirmed that this partition is in that producer's
+ongoing transaction - else a client could open a transaction the coordinator
+never heard of, which no marker would ever close (the LSO stuck for good).
+``maybe_start_verification`` says whether a batch needs it (None: the
+producer's transaction is open here already - the open transaction is the
+cache of an earlier verification) and hands out the producer's guard, a
+unique token; the append presents it (``check_verified``). A marker, or the
+transaction opening, retires the guard, so a verification answered before
+an abort's marker was written cannot open a transaction after it (the ABA
+race: verified, aborted, a new transaction begun without this partition,
+then the stale answer). Guards are kept until used or ``ttl_ms`` old, at most
+``MAX_VERIFICATIONS``; they are leader-only and never rebuilt.
+
 The last stable offset (Kafka's ``firstUnstableOffset``): the smallest first
 offset among the open transactions and the completed ones whose marker the
 high watermark has not passed yet (a reader must not see a transaction's
@@ -43,6 +59,8 @@ from typing import Final, Protocol
 
 from proto.errors import (
     InvalidProducerEpochError,
+    InvalidTxnStateError,
+    NotEnoughReplicasError,
     OutOfOrderSequenceNumberError,
     TransactionCoordinatorFencedError,
 )
@@ -50,6 +68,9 @@ from proto.record_batch import CONTROL_MASK, TRANSACTIONAL_MASK, BatchHeader, Tx
 
 NUM_BATCHES_TO_RETAIN: Final = 5
 INT32_MAX: Final = 0x7FFFFFFF
+# Producers of one partition awaiting the coordinator's verification at once (SPEC S13.4): beyond it,
+# a retriable refusal (the producer retries; by then verifications have completed or expired).
+MAX_VERIFICATIONS: Final = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +91,15 @@ class CompletedTxn:
     last_offset: int
     is_aborted: bool
     last_stable_offset: int
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class VerificationGuard:
+    """Kafka's VerificationGuard: the token of one producer's verification on one partition,
+    compared by identity (``eq=False``) - an equal-looking guard from before a marker is not it."""
+
+    producer_id: int
+    created_ms: int
 
 
 @dataclass
@@ -124,6 +154,8 @@ class ProducerStateManager:
         self._ongoing_heap: list[tuple[int, int]] = []
         # Completed transactions whose marker the high watermark may not have passed, in marker order.
         self._unreplicated: deque[CompletedTxn] = deque()
+        # Producer id -> its guard while a verification is pending (leader only); in creation order.
+        self._verifications: dict[int, VerificationGuard] = {}
 
     def check(self, header: ProducerBatch, log_was_trimmed: bool = False) -> BatchMetadata | None:
         """Validate a leader append of ``header`` (offsets not yet assigned).
@@ -186,6 +218,46 @@ class ProducerStateManager:
             entry.current_txn_first_offset = base_offset
             self.ongoing[pid] = base_offset
             heapq.heappush(self._ongoing_heap, (base_offset, pid))
+            self._verifications.pop(pid, None)  # the open transaction is the verification's cache now
+
+    # ------------------------------------------------------------ verification (KIP-890 part 1)
+
+    def maybe_start_verification(self, producer_id: int, now_ms: int, ttl_ms: int) -> VerificationGuard | None:
+        """Before a leader append of ``producer_id``'s transactional batch: None when its transaction
+        is open here (nothing to verify), else its guard - the pending one, shared by concurrent
+        requests, or a new one. NotEnoughReplicasError (retriable) when MAX_VERIFICATIONS are pending."""
+        if producer_id in self.ongoing:
+            return None
+        pending = self._verifications
+        while pending:  # creation order: the expired ones are at the front
+            oldest = next(iter(pending.values()))
+            if oldest.created_ms + ttl_ms > now_ms:
+                break
+            del pending[oldest.producer_id]
+        guard = pending.get(producer_id)
+        if guard is None:
+            if len(pending) >= MAX_VERIFICATIONS:
+                raise NotEnoughReplicasError(
+                    f"{len(pending)} producers await the verification of their transactions here; retry")
+            guard = pending[producer_id] = VerificationGuard(producer_id, now_ms)
+        return guard
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard | None:
+        return self._verifications.get(producer_id)
+
+    def check_verified(self, header: ProducerBatch, guard: VerificationGuard | None) -> None:
+        """A leader append with verification on: a transactional data batch of a producer with no
+        transaction open here must present the producer's current guard (Kafka's
+        ``batchMissingRequiredVerification``), else INVALID_TXN_STATE and nothing is written."""
+        if not header.attributes & TRANSACTIONAL_MASK or header.attributes & CONTROL_MASK:
+            return
+        pid = header.producer_id
+        if pid in self.ongoing:
+            return
+        if guard is None or guard.producer_id != pid or self._verifications.get(pid) is not guard:
+            raise InvalidTxnStateError(
+                f"producer {pid}: the transactional batch is not part of an ongoing transaction that the "
+                f"transaction coordinator verified for this partition")
 
     # ------------------------------------------------------------ transactions
 
@@ -225,6 +297,7 @@ class ProducerStateManager:
                 heapq.heapify(self._ongoing_heap)
         entry.current_txn_first_offset = -1
         entry.coordinator_epoch = marker.coordinator_epoch
+        self._verifications.pop(producer_id, None)  # a verification begun before this marker is void
         entry.last_timestamp = timestamp
         return completed
 
@@ -275,6 +348,7 @@ class ProducerStateManager:
         self.ongoing.clear()
         self._ongoing_heap.clear()
         self._unreplicated.clear()
+        self._verifications.clear()
         completed: list[CompletedTxn] = []
         for item in headers:
             header, marker = item if isinstance(item, tuple) else (item, None)

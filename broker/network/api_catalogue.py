@@ -193,8 +193,16 @@ def _write_txn_markers(r: pb.WriteTxnMarkersRequest, c: pb.ErrorCode) -> pb.Writ
 
 
 def _add_partitions_to_txn(r: pb.AddPartitionsToTxnRequest, c: pb.ErrorCode) -> pb.AddPartitionsToTxnResponse:
-    return pb.AddPartitionsToTxnResponse(topics=[pb.AddPartitionsToTxnTopicResult(name=t.name, partitions=[
-        pb.AddPartitionsToTxnPartitionResult(partition=p, error_code=c) for p in t.partitions]) for t in r.topics])
+    def results(topics: Any) -> list[pb.AddPartitionsToTxnTopicResult]:
+        return [pb.AddPartitionsToTxnTopicResult(name=t.name, partitions=[
+            pb.AddPartitionsToTxnPartitionResult(partition=p, error_code=c) for p in t.partitions]) for t in topics]
+
+    # The batched form's (v4+, broker to broker: transactions) results, and its top-level code.
+    return pb.AddPartitionsToTxnResponse(
+        topics=results(r.topics), error_code=c,
+        results_by_transaction=[pb.AddPartitionsToTxnResult(transactional_id=x.transactional_id,
+                                                            topic_results=results(x.topics))
+                                for x in r.transactions])
 
 
 def _txn_offset_commit(r: pb.TxnOffsetCommitRequest, c: pb.ErrorCode) -> pb.TxnOffsetCommitResponse:

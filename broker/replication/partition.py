@@ -45,6 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from broker.log.log import Log, LogAppendInfo
+from broker.log.producer_state import VerificationGuard
 from broker.replication.state import (
     FetchClock,
     IsrChange,
@@ -232,7 +233,8 @@ class Partition:
     # ------------------------------------------------------------ leader: produce
 
     def append_as_leader(self, records: bytes, required_acks: int, now_ms: int, lag_max_ms: int,
-                         max_producer_id: int | None = None) -> LeaderAppendResult:
+                         max_producer_id: int | None = None, verify_txn: bool = False,
+                         verification_guard: VerificationGuard | None = None) -> LeaderAppendResult:
         """Validate, stamp and append a produced request's batches (Kafka's appendRecordsToLeader).
 
         acks=all is refused before anything is written when the ISR is already smaller than
@@ -243,9 +245,16 @@ class Partition:
             raise errors.NotEnoughReplicasError(
                 f"{self.topic}-{self.partition}: ISR {list(state.isr)} is smaller than "
                 f"min.insync.replicas={min_isr}")
-        info = self._log.append_as_leader(records, self._leader_epoch, now_ms, max_producer_id=max_producer_id)
+        info = self._log.append_as_leader(records, self._leader_epoch, now_ms, max_producer_id=max_producer_id,
+                                          verify_txn=verify_txn, verification_guard=verification_guard)
         moved = state.on_local_append(self._log.log_end_offset, now_ms, lag_max_ms)
         return LeaderAppendResult(info, self._sync_leader_high_watermark(moved))
+
+    def maybe_start_txn_verification(self, producer_id: int, now_ms: int, ttl_ms: int) -> VerificationGuard | None:
+        """KIP-890 on the leader: None when ``producer_id``'s transaction is open here already, else
+        the guard its first transactional batch must present once the coordinator verified it."""
+        self._require_leader()
+        return self._log.producer_state.maybe_start_verification(producer_id, now_ms, ttl_ms)
 
     def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                           now_ms: int, lag_max_ms: int) -> LeaderAppendResult:

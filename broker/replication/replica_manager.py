@@ -16,13 +16,14 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from broker.log.config import LogConfig
 from broker.log.log import Log
 from broker.log.manager import LogManager
+from broker.log.producer_state import VerificationGuard
 from broker.network.request_guard import ByteBudget, error_message, judge_partitions
 from broker.replication.control import (
     ADOPT,
@@ -36,7 +37,8 @@ from broker.replication.fetch_session import INCREMENTAL, FetchSession, FetchSes
 from broker.replication.partition import Partition
 from broker.replication.purgatory import Purgatory
 from broker.replication.state import NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER, TIMED_OUT, WAIT, FetchClock
-from broker.security.authorizer import CLUSTER, CLUSTER_NAME, TOPIC
+from broker.replication.txn_verification import judge_request, produce_error, transactional_producer
+from broker.security.authorizer import CLUSTER, CLUSTER_NAME, TOPIC, TRANSACTIONAL_ID
 from broker.security.principal import LOCAL_CLIENT, RequestContext
 from broker.server.metadata_cache import MetadataCache
 from broker.server.observability import event
@@ -132,6 +134,14 @@ class ReplicaManager:
         # The authorizer's verdict (broker.security.gatekeeper.Gatekeeper.allowed); all allowed by default.
         self.allowed: Callable[[RequestContext, str, str, str], bool] = lambda _c, _o, _t, _n: True
         self._log_dirs_executor: concurrent.futures.ThreadPoolExecutor | None = None  # prepare_leader_and_isr
+        # KIP-890 part 1 (transaction.partition.verification.enable): a producer's first transactional
+        # batch on a partition is appended only once its transaction coordinator verified the partition
+        # is in the producer's ongoing transaction; ``verify_txn`` asks it (TxnVerifier.verify, wired by
+        # KafkaServer; None: nobody to ask, so not verified - the log refuses no batch for it then).
+        self.txn_verification_enabled = True
+        self.verify_txn: Callable[[str, int, int, list[TopicPartition]],
+                                  Awaitable[dict[TopicPartition, int]]] | None = None
+        self.txn_verifications = 0  # Produce requests that waited for a verification
 
     # ------------------------------------------------------------ controller requests
 
@@ -302,8 +312,9 @@ class ReplicaManager:
         acks = req.acks
         resp = pb.ProduceResponse()
         entries = [(td.name, pd.partition) for td in req.topics for pd in td.partitions]
-        verdicts = iter(self._authorize(judge_partitions(entries, self.settings.max_request_partitions), entries,
-                                        ctx, "Write"))
+        verdict_list = self._authorize(judge_partitions(entries, self.settings.max_request_partitions), entries,
+                                       ctx, "Write")
+        verdicts = iter(verdict_list)
         # Reading a protobuf bytes field copies it (upb makes a new bytes object each time): every
         # partition's records are read once, here, and handed on.
         payloads = [pd.records for td in req.topics for pd in td.partitions]
@@ -320,11 +331,16 @@ class ReplicaManager:
                                       error_message="the broker has queued.max.request.bytes in flight")
             return _answer_now(resp)
         try:
+            # Transactional batches (KIP-98/KIP-890): the request's transactional id, and the
+            # coordinator's verification of the partitions where a transaction would open.
+            refused, guards = await self._check_transactional(req, ctx, entries, verdict_list, payloads)
             pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]] = []
             records = iter(payloads)
+            index = -1
             for td in req.topics:
                 tr = resp.topics.add(name=td.name)
                 for pd in td.partitions:
+                    index += 1
                     pr = tr.partitions.add(partition=pd.partition, base_offset=-1, log_append_time_ms=-1,
                                            log_start_offset=-1)
                     verdict = next(verdicts)
@@ -336,7 +352,12 @@ class ReplicaManager:
                     if acks not in (0, 1, -1):
                         pr.error_code = E.INVALID_REQUIRED_ACKS
                         continue
-                    item = await self._produce_partition(td.name, pd.partition, data, acks, pr)
+                    if refused and index in refused:
+                        code, pr.error_message = refused[index]
+                        pr.error_code = errors.wire_code(code)
+                        continue
+                    item = await self._produce_partition(td.name, pd.partition, data, acks, pr,
+                                                         guards.get(index) if guards else None)
                     if item is not None:
                         pending.append(item)
         except BaseException:
@@ -356,15 +377,79 @@ class ReplicaManager:
                 await self.produce_bytes.release(reserved)
         return resp
 
+    @property
+    def _verifying_txn(self) -> bool:
+        return self.txn_verification_enabled and self.verify_txn is not None
+
+    async def _check_transactional(self, req: pb.ProduceRequest, ctx: RequestContext,
+                                   entries: list[tuple[str, int]], verdicts: list[pb.ErrorCode],
+                                   payloads: list[bytes]) \
+            -> tuple[dict[int, tuple[int, str]], dict[int, VerificationGuard]]:
+        """The transactional part of a Produce, before any append (by index in request order):
+        the partitions refused (code, message), and the verification guards of the partitions
+        whose first transactional batch the transaction coordinator verified (KIP-890 part 1,
+        ``broker.replication.txn_verification``). A request without transactional batches costs a
+        header read per batch. The wait for the coordinator is asynchronous: the loop serves others
+        meanwhile; this connection's next Produce waits, as in Kafka (in order per connection)."""
+        if req.acks not in (0, 1, -1):
+            return {}, {}  # every partition is refused INVALID_REQUIRED_ACKS: nothing to verify
+        peeks = [transactional_producer(data) if v == E.NONE else None for v, data in zip(verdicts, payloads,
+                                                                                            strict=True)]
+        if not any(peeks):
+            return {}, {}
+        verifying = self._verifying_txn
+        verdict = judge_request(req.transactional_id, peeks, verifying)
+        refusal, message = verdict.refusal, verdict.message
+        if refusal == E.NONE and not self.allowed(ctx, "Write", TRANSACTIONAL_ID, req.transactional_id):
+            refusal, message = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, f"{ctx.principal} may not use transactional id"
+        if refusal != E.NONE:  # the whole request, as Kafka's KafkaApis answers it
+            return dict.fromkeys(range(len(entries)), (refusal, message)), {}
+        producer = verdict.producer
+        if not verifying or producer is None or self.verify_txn is None:
+            return {}, {}
+        now = now_ms()
+        ttl_ms = 2 * self.settings.max_wait_ms + 1000  # outlives the verifier's own deadline (request.timeout.ms)
+        asked: list[tuple[int, TopicPartition, VerificationGuard]] = []
+        refused: dict[int, tuple[int, str]] = {}
+        for i, peek in enumerate(peeks):
+            if peek is None:
+                continue
+            try:
+                guard = self._leader_partition(*entries[i]).maybe_start_txn_verification(
+                    producer.producer_id, now, ttl_ms)
+            except errors.KafkaError as e:
+                refused[i] = (e.wire_code, e.message)
+                continue
+            if guard is not None:
+                asked.append((i, entries[i], guard))
+        if not asked:
+            return refused, {}
+        self.txn_verifications += 1
+        try:
+            codes = await self.verify_txn(req.transactional_id, producer.producer_id, producer.producer_epoch,
+                                          [tp for _i, tp, _g in asked])
+        except Exception:  # a bug in the verifier (it answers its failures): retriable, never the request's end
+            log.exception("transactional id %s: the verification failed unexpectedly", req.transactional_id)
+            codes = {}
+        guards: dict[int, VerificationGuard] = {}
+        for i, tp, guard in asked:
+            code, why = produce_error(codes.get(tp, errors.NetworkError.code))
+            if code == E.NONE:
+                guards[i] = guard
+            else:
+                refused[i] = (code, why)
+        return refused, guards
+
     async def _produce_partition(self, topic: str, partition: int, records: bytes, acks: int,
-                                 pr: pb.ProducePartitionResponse) \
+                                 pr: pb.ProducePartitionResponse, guard: VerificationGuard | None = None) \
             -> tuple[Partition, pb.ProducePartitionResponse, int, int] | None:
         """Append one partition's batches; fills ``pr``; returns what an acks=all wait needs."""
         for attempt in range(2):
             try:
                 p = self._leader_partition(topic, partition)
                 result = p.append_as_leader(records, acks, now_ms(), self.settings.replica_lag_time_max_ms,
-                                            max_producer_id=self.max_allocated_producer_id)
+                                            max_producer_id=self.max_allocated_producer_id,
+                                            verify_txn=self._verifying_txn, verification_guard=guard)
             except errors.UnknownProducerIdError as e:
                 if attempt == 0 and await self._refresh_producer_id_bound():
                     continue  # nothing was written: try again against the fresh bound

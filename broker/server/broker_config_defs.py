@@ -45,6 +45,7 @@ CLUSTER_WIDE: Final = "cluster-wide"
 KAFKA: Final = "KafkaConfig"
 ACL_AUTHORIZER: Final = "AclAuthorizer"
 MINIKAFKA: Final = "minikafka"
+KAFKA_36: Final = "Kafka 3.6"  # a later Kafka's config this broker has too (KIP-890 part 1)
 
 _INT_TYPES: Final = {"short": (-(1 << 15), (1 << 15) - 1), "int": (-(1 << 31), (1 << 31) - 1),
                      "long": (-(1 << 63), (1 << 63) - 1)}
@@ -897,6 +898,11 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
            'this, then the broker will return an error in InitProducerIdRequest. This prevents a client from'
            ' too large of a timeout, which can stall consumers reading from topics included in the '
            'transaction.'),
+    _c('transaction.partition.verification.enable', 'boolean', 'true', CLUSTER_WIDE, SUPPORTED, origin=KAFKA_36, importance='low',
+       reason='read at start (no dynamic broker configs here); verification by the coordinator of the '
+              "request's transactional.id over the inter-broker listener (AddPartitionsToTxn, batched form)",
+       doc='Enable verification that checks that the partition has been added to the transaction before '
+           'writing transactional records to the partition'),
     _c('transaction.remove.expired.transaction.cleanup.interval.ms', 'int', '3600000', READ_ONLY, IGNORED, low=1, importance='low', reason=_TXN,
        doc='The interval at which to remove transactions that have expired due to '
            '<code>transactional.id.expiration.ms</code> passing'),

@@ -169,6 +169,8 @@ CONFIG_DEFS: dict[str, _Def] = {
     "transactional.id.expiration.ms": _Def("transactional_id_expiration_ms", int, _pos, ">= 1"),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": _Def(
         "transaction_abort_timed_out_transaction_cleanup_interval_ms", int, _pos, ">= 1"),
+    # Kafka 3.6's KIP-890 part 1: leaders verify a transaction's partitions with its coordinator.
+    "transaction.partition.verification.enable": _Def("transaction_partition_verification_enable", _bool),
     "fetch.purgatory.max.requests": _Def("fetch_purgatory_max_requests", int, _nonneg, ">= 0"),
     "min.segment.bytes": _Def("min_segment_bytes", int, lambda v: v >= 14, ">= 14"),
     "min.segment.ms": _Def("min_segment_ms", int, _pos, ">= 1"),
@@ -290,6 +292,7 @@ class BrokerConfig:
     transaction_max_timeout_ms: int = 900000
     transactional_id_expiration_ms: int = 604800000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    transaction_partition_verification_enable: bool = True
     # Floors on segment.bytes / segment.ms that any client may set (each segment is open files).
     min_segment_bytes: int = 1048576
     min_segment_ms: int = 60000

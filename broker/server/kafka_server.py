@@ -35,6 +35,7 @@ from broker.coordinator.transaction.marker_sender import TxnMarkerSender
 from broker.coordinator.transaction.txn_apis import TxnApis
 from broker.coordinator.transaction.txn_coordinator import TransactionCoordinator
 from broker.coordinator.transaction.txn_state import TxnLimits
+from broker.coordinator.transaction.txn_verifier import TxnVerifier, grpc_sender
 from broker.log.manager import LogManager
 from broker.network.kafka_listener import KafkaListener, ListenerLimits
 from broker.network.replica_fetch_socket import ReplicaFetchListener
@@ -152,6 +153,13 @@ class KafkaServer:
             TxnLimits(max_timeout_ms=cfg.transaction_max_timeout_ms,
                       id_expiration_ms=cfg.transactional_id_expiration_ms),
             abort_interval_ms=cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms)
+        # KIP-890 part 1: a partition leader appends a producer's first transactional batch only once
+        # the transaction's coordinator verified the partition is in it (batched per coordinator).
+        self.txn_verifier = TxnVerifier(self.broker_id, self.txn_coordinator.coordinator_of,
+                                        self.txn_coordinator.verify_partitions, grpc_sender(self.txn_markers.stub),
+                                        cfg.request_timeout_ms, cfg.max_request_partitions)
+        self.replica_manager.verify_txn = self.txn_verifier.verify
+        self.replica_manager.txn_verification_enabled = cfg.transaction_partition_verification_enable
         self.registration = BrokerRegistrationManager(
             self.zk, self.broker_id, cfg.session_timeout_ms, self._registration, self._on_registered,
             SessionListeners(on_zk_state=self.controller.on_zk_state,
@@ -402,6 +410,7 @@ class KafkaServer:
         for t in list(self._tasks):
             t.cancel()
         await self.txn_coordinator.shutdown()
+        await self.txn_verifier.close()
         await self.txn_markers.close()
         await self.group_coordinator.shutdown()
         await self.dynamic_config.shutdown()

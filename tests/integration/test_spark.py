@@ -10,12 +10,10 @@ from typing import Any
 
 import pytest
 from helpers import ClusterFixture, wait_for
-from helpers import produce as produce_raw
 
 from client.admin import AdminClient, NewTopic
 from client.producer import Producer
 from proto import minikafka_pb2 as pb
-from proto.record_batch import Record, encode_batch
 
 pytest.importorskip("pyspark")
 pytestmark = pytest.mark.integration
@@ -116,29 +114,37 @@ def test_starting_and_ending_offsets_json(spark: Any, module_cluster: ClusterFix
 
 
 def test_read_committed_reads_only_committed_transactions(spark: Any, module_cluster: ClusterFixture) -> None:
-    """kafka.isolation.level (KIP-98): the test plays the transaction coordinator on the data plane
-    (as test_txn_markers): two transactions, one committed and one aborted by WriteTxnMarkers."""
+    """kafka.isolation.level (KIP-98): two transactions of our transactional Producer, one committed
+    and one aborted (their coordinator's markers; the leader verified each first batch, KIP-890)."""
     topic = "spark-txn"
     make_topic(module_cluster, topic, 1)
+    producers = [Producer(bootstrap(module_cluster), transactional_id=f"spark-txn-{name}", linger_ms=1)
+                 for name in ("committed", "aborted")]
+    committed = {"kafka.isolation.level": "read_committed", "subscribe": topic}
+    try:
+        for name, p in zip(("committed", "aborted"), producers, strict=True):
+            p.init_transactions()
+            p.begin_transaction()
+            for i in range(3):
+                p.send(topic, f"{name}{i}".encode(), partition=0)
+            p.flush()
+        # Both transactions open: the last stable offset is 0, nothing is read (and nothing waited for).
+        assert read(spark, module_cluster, **committed).count() == 0
+        producers[0].commit_transaction()
+        producers[1].abort_transaction()
+    finally:
+        for p in producers:
+            p.close()
     view = module_cluster.view()
     conn, _pl = view.leader_connection(topic, 0)
-    ids = []
-    for name in ("committed", "aborted"):
-        r = view.connection(view.bootstrap[0]).api.InitProducerId(pb.InitProducerIdRequest(), timeout=10)
-        assert r.error_code == pb.NONE, pb.ErrorCode.Name(r.error_code)
-        ids.append((r.producer_id, r.producer_epoch))
-        batch = encode_batch([Record(value=f"{name}{i}".encode(), timestamp=int(time.time() * 1000))
-                              for i in range(3)], producer_id=r.producer_id, producer_epoch=r.producer_epoch,
-                             base_sequence=0, is_transactional=True)
-        assert produce_raw(conn, topic, 0, batch).error_code == pb.NONE
-    committed = {"kafka.isolation.level": "read_committed", "subscribe": topic}
-    # Both transactions open: the last stable offset is 0, nothing is read (and nothing waited for).
-    assert read(spark, module_cluster, **committed).count() == 0
-    resp = conn.api.WriteTxnMarkers(pb.WriteTxnMarkersRequest(markers=[
-        pb.WritableTxnMarker(producer_id=pid, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=0,
-                             topics=[pb.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])
-        for (pid, epoch), commit in zip(ids, (True, False), strict=True)]), timeout=20)
-    assert [p.error_code for m in resp.markers for t in m.topics for p in t.partitions] == [pb.NONE, pb.NONE]
+
+    def lso_reached_hw() -> bool:
+        r = conn.api.ListOffsets(pb.ListOffsetsRequest(replica_id=-1, isolation_level=pb.READ_COMMITTED, topics=[
+            pb.ListOffsetsTopic(name=topic, partitions=[pb.ListOffsetsPartition(partition=0, timestamp=-1)])]),
+            timeout=10)
+        return r.topics[0].partitions[0].offset == 8  # 6 records and the two markers
+
+    wait_for(lso_reached_hw, what="both markers (EndTxn answers before they are written)")
 
     def values(**options: str) -> list[str]:
         return sorted(bytes(r.value).decode() for r in read(spark, module_cluster, **options).select("value").collect())

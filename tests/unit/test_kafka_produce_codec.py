@@ -21,7 +21,8 @@ names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz._-0123456789", min_size=1, 
 
 @st.composite
 def produce_requests(draw: st.DrawFn) -> pb.ProduceRequest:
-    req = pb.ProduceRequest(acks=draw(st.sampled_from([-1, 0, 1])), timeout_ms=draw(st.integers(0, 2**31 - 1)))
+    req = pb.ProduceRequest(acks=draw(st.sampled_from([-1, 0, 1])), timeout_ms=draw(st.integers(0, 2**31 - 1)),
+                            transactional_id=draw(st.one_of(st.just(""), names)))  # a transactional producer's
     for name in draw(st.lists(names, max_size=3, unique=True)):
         td = req.topics.add(name=name)
         for p in draw(st.lists(st.integers(0, 1000), max_size=3, unique=True)):

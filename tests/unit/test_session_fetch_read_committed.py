@@ -55,7 +55,8 @@ def txn_batch(values: list[str], seq: int) -> bytes:
 
 
 async def produce(rm: ReplicaManager, records: bytes) -> None:
-    resp = await rm.handle_produce(pb.ProduceRequest(acks=-1, timeout_ms=1000, topics=[pb.ProduceTopicData(
+    # A transactional batch names its transactional id (no coordinator here to verify it with).
+    resp = await rm.handle_produce(pb.ProduceRequest(acks=-1, timeout_ms=1000, transactional_id="txn", topics=[pb.ProduceTopicData(
         name="t", partitions=[pb.ProducePartitionData(partition=0, records=records)])]))
     assert resp.topics[0].partitions[0].error_code == E.NONE, resp
 

@@ -71,7 +71,9 @@ class TxnMarkerSender:
         for _address, channel, _stub in channels.values():
             await channel.close()
 
-    def _stub(self, broker_id: int) -> Any:
+    def stub(self, broker_id: int) -> Any:
+        """The KafkaApi stub of ``broker_id``'s inter-broker listener (None: no address known); its
+        channel is shared with the transaction verifier (``txn_verifier``)."""
         endpoint = self.metadata.endpoint(broker_id)
         if endpoint is None:
             return None
@@ -88,7 +90,7 @@ class TxnMarkerSender:
 
     async def _send_grpc(self, broker_id: int, req: pb.WriteTxnMarkersRequest,
                          timeout_s: float) -> pb.WriteTxnMarkersResponse | None:
-        stub = self._stub(broker_id)
+        stub = self.stub(broker_id)
         if stub is None:
             return None
         resp: pb.WriteTxnMarkersResponse = await stub.WriteTxnMarkers(req, timeout=timeout_s)

@@ -8,7 +8,10 @@ does, validate (SPEC S13), convert protobuf <-> the coordinators' calls.
 * AddPartitionsToTxn: Write on the TransactionalId (else every partition
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED); Write on each topic (TOPIC_AUTHORIZATION_FAILED) and a
   partition the metadata knows (UNKNOWN_TOPIC_OR_PARTITION) - one refused partition refuses the
-  request, the others answered OPERATION_NOT_ATTEMPTED, as Kafka.
+  request, the others answered OPERATION_NOT_ATTEMPTED, as Kafka. Its batched form (Kafka's v4+,
+  ``transactions``): partition leaders verifying a producer's first transactional batch on a
+  partition (KIP-890 part 1, ``broker.coordinator.transaction.txn_verifier``) - ClusterAction,
+  verify_only, answered from the coordinator's state.
 * AddOffsetsToTxn: Write on the TransactionalId, Read on the group.
 * EndTxn: Write on the TransactionalId.
 * TxnOffsetCommit: Write on the TransactionalId, Read on the group, Read on each topic; then the
@@ -20,6 +23,7 @@ does, validate (SPEC S13), convert protobuf <-> the coordinators' calls.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -45,6 +49,10 @@ Handler = Callable[[Any, RequestContext], Awaitable[Any]]
 
 def _w(code: int) -> Any:
     return errors.wire_code(code)
+
+
+async def _no_answers() -> dict[tuple[str, int], int]:
+    return {}
 
 
 class TxnApis:
@@ -93,6 +101,8 @@ class TxnApis:
 
     async def add_partitions_to_txn(self, req: pb.AddPartitionsToTxnRequest,
                                     ctx: RequestContext) -> pb.AddPartitionsToTxnResponse:
+        if req.transactions:
+            return await self._verify_partitions(req, ctx)
         entries = [(t.name, p) for t in req.topics for p in t.partitions]
         codes: dict[tuple[str, int], int] = {}
         if not self._txn_allowed(ctx, "Write", req.transactional_id):
@@ -117,6 +127,53 @@ class TxnApis:
             rt = resp.topics.add(name=t.name)
             for p in t.partitions:
                 rt.partitions.add(partition=p, error_code=_w(codes[(t.name, p)]))
+        return resp
+
+    async def _verify_partitions(self, req: pb.AddPartitionsToTxnRequest,
+                                 ctx: RequestContext) -> pb.AddPartitionsToTxnResponse:
+        """The batched form (Kafka's v4+, KIP-890 part 1): partition leaders verifying, per
+        transaction, that partitions are in its ongoing transaction before they append. Brokers
+        only (ClusterAction, else CLUSTER_AUTHORIZATION_FAILED for the whole request, as Kafka);
+        only verify_only transactions (KIP-890 part 2's adding by the leader is not built:
+        INVALID_REQUEST); answered from the coordinator's state, in the request's order."""
+        resp = pb.AddPartitionsToTxnResponse()
+        if req.transactional_id or req.topics:
+            resp.error_code = E.INVALID_REQUEST  # one form or the other, as Kafka's versions
+            return resp
+        if not self.gate.allowed(ctx, "ClusterAction", CLUSTER, CLUSTER_NAME):
+            resp.error_code = E.CLUSTER_AUTHORIZATION_FAILED
+            return resp
+        # Judged per transaction (transactions of different producers name the same partitions),
+        # bounded over the request, as WriteTxnMarkers' markers.
+        limit = 1 << 31 if ctx.inter_broker else self.max_partitions
+        too_many = sum(len(t.partitions) for x in req.transactions for t in x.topics) > limit
+        verdicts = iter([v for x in req.transactions for v in judge_partitions(
+            [(t.name, p) for t in x.topics for p in t.partitions], -1 if too_many else limit)])
+        pending: list[Awaitable[dict[tuple[str, int], int]]] = []
+        refused: list[dict[tuple[str, int], int]] = []
+        for x in req.transactions:
+            codes: dict[tuple[str, int], int] = {}
+            wanted = []
+            for t in x.topics:
+                for p in t.partitions:
+                    verdict = next(verdicts)
+                    if verdict != E.NONE:
+                        codes[(t.name, p)] = verdict
+                    elif not x.verify_only or x.producer_id < 0 or not 0 <= x.producer_epoch <= 0x7FFF:
+                        codes[(t.name, p)] = E.INVALID_REQUEST
+                    else:
+                        wanted.append((t.name, p))
+            refused.append(codes)
+            pending.append(self.c.verify_partitions(x.transactional_id, x.producer_id, x.producer_epoch, wanted)
+                           if wanted else _no_answers())
+        answers = await asyncio.gather(*pending)
+        for x, codes, answer in zip(req.transactions, refused, answers, strict=True):
+            rx = resp.results_by_transaction.add(transactional_id=x.transactional_id)
+            for t in x.topics:
+                rt = rx.topic_results.add(name=t.name)
+                for p in t.partitions:
+                    code = codes.get((t.name, p), answer.get((t.name, p), E.INVALID_REQUEST))
+                    rt.partitions.add(partition=p, error_code=_w(code))
         return resp
 
     async def add_offsets_to_txn(self, req: pb.AddOffsetsToTxnRequest,

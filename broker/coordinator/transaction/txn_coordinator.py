@@ -47,6 +47,7 @@ authorizes)::
     init_producer_id(transactional_id, timeout_ms, expected=(pid, epoch) | None) -> Answer
     add_partitions(transactional_id, producer_id, producer_epoch, [(topic, partition)]) -> error_code
     add_offsets(transactional_id, producer_id, producer_epoch, group_id) -> error_code
+    verify_partitions(transactional_id, producer_id, producer_epoch, [(topic, partition)]) -> {partition: error}
     end_txn(transactional_id, producer_id, producer_epoch, commit) -> error_code
 
 Collaborators injected: ``new_producer_id`` (the broker's producer id block allocator),
@@ -433,6 +434,17 @@ class TransactionCoordinator:
         decision = self.core.add_partitions(transactional_id, producer_id, producer_epoch, (), self.clock(),
                                             groups=(group_id,))
         return (await self._decide(decision, transactional_id)).error
+
+    async def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn verify_only (KIP-890 part 1), for a partition leader: {partition: error}
+        from the installed state - no transit, nothing written. An id this coordinator has not loaded
+        is loaded first, as for any request (after a failover: the takeover the producer's next
+        request would make anyway; an id with no stored state costs one ZooKeeper read)."""
+        code = await self._ensure_loaded(transactional_id)
+        if code != NONE:
+            return dict.fromkeys(partitions, code)
+        return self.core.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
         code = await self._ensure_loaded(transactional_id)

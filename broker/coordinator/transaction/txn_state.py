@@ -42,6 +42,11 @@ The requests (Kafka 2.8's checks, in Kafka's order):
   producer id: INVALID_PRODUCER_ID_MAPPING; another epoch: PRODUCER_FENCED; pending or Prepare*:
   CONCURRENT_TRANSACTIONS; Ongoing and nothing new: NONE at once; else -> Ongoing (the transaction
   starts now when it was not Ongoing).
+* ``verify_partitions`` (AddPartitionsToTxn verify_only, KIP-890 part 1: a partition leader asks
+  before it appends a producer's first transactional batch there): answered from the installed
+  metadata, no transit - NONE for the partitions of the Ongoing transaction of that producer id and
+  epoch, INVALID_TXN_STATE for the others; INVALID_PRODUCER_ID_MAPPING / PRODUCER_FENCED as above,
+  CONCURRENT_TRANSACTIONS while prepared.
 * ``end_txn``: INVALID_PRODUCER_ID_MAPPING / PRODUCER_FENCED as above; pending:
   CONCURRENT_TRANSACTIONS; Ongoing -> PrepareCommit/PrepareAbort; a retry of a completed EndTxn
   with the same result: NONE; of a preparing one: CONCURRENT_TRANSACTIONS; the other result, or
@@ -355,6 +360,32 @@ class TransactionStateMachine:
         after = meta.transition(S.ONGOING, now_ms, partitions=meta.partitions | added,
                                 groups=meta.groups | added_groups, txn_start_ms=start)
         return self._begin(entry, Kind.ADD, after)
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn with verify_only (KIP-890 part 1, Kafka 3.6's
+        ``handleVerifyPartitionsInTransaction``): read-only, from the installed metadata. NONE for
+        each partition in the Ongoing transaction of exactly this producer id and epoch, else
+        INVALID_TXN_STATE; the whole set: INVALID_PRODUCER_ID_MAPPING (unknown id, another producer
+        id), PRODUCER_FENCED (another epoch), CONCURRENT_TRANSACTIONS (PrepareCommit/PrepareAbort:
+        the markers are on their way). A pending transit is not looked at, as in Kafka: the
+        partition leader's verification guard is the final check (a marker written after this
+        answer voids it)."""
+        parts = list(dict.fromkeys(partitions))
+        entry = self._entries.get(transactional_id) if transactional_id else None
+        if not transactional_id:
+            code = INVALID_REQUEST
+        elif entry is None or entry.metadata.producer_id != producer_id:
+            code = INVALID_PRODUCER_ID_MAPPING
+        elif entry.metadata.producer_epoch != producer_epoch:
+            code = PRODUCER_FENCED
+        elif entry.metadata.state in PREPARING:
+            code = CONCURRENT_TRANSACTIONS
+        else:
+            meta = entry.metadata
+            ongoing = meta.state is S.ONGOING
+            return {tp: NONE if ongoing and tp in meta.partitions else INVALID_TXN_STATE for tp in parts}
+        return dict.fromkeys(parts, code)
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
                 now_ms: int) -> Answer | Transit:
