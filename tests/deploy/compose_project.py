@@ -28,13 +28,15 @@ SECURE = ROOT / "docker-compose.secure.yml"
 SINGLE_ZK = ROOT / "docker-compose.single-zk.yml"
 # The ensemble: zookeeper-N's client port is published on the host's loopback as 2180 + N.
 ZOOKEEPERS = {"zookeeper-1": 2181, "zookeeper-2": 2182, "zookeeper-3": 2183}
+# (spark-job, of the `spark` profile, is built only when named: `--profile spark build spark-job`.)
 BUILT_SERVICES = {**{zk: ROOT / "docker" / "zookeeper" for zk in ZOOKEEPERS}, "secrets": ROOT, "broker-1": ROOT,
-                  "broker-2": ROOT, "broker-3": ROOT}
+                  "broker-2": ROOT, "broker-3": ROOT, "spark-job": ROOT}
 BROKERS = ("broker-1", "broker-2", "broker-3")
 PLAIN_GRPC = "broker-1:19092,broker-2:29092,broker-3:39092"
 PLAIN_KAFKA = "broker-1:19094,broker-2:29094,broker-3:39094"
 CLIENTS = Path(__file__).resolve().parent / "compose_clients.py"
 PROJECT_IMAGES = ("minikafka:latest", "minikafka-zookeeper:3.8")
+SPARK_IMAGE = "minikafka-spark:latest"  # the same Dockerfile with WITH_SPARK=1: Java and PySpark
 # What the compose test did and how long it took: printed at the end of pytest's output (conftest.py).
 REPORT: list[str] = []
 

@@ -1,10 +1,11 @@
 """`docker compose up` for real (issues 35, 32): the images docker-compose.yml builds, the cluster it
 starts with its health checks (a ZooKeeper ensemble of three: one leader, two followers), clients on
-the host (the project's CLI and librdkafka) and in the network (the `demo` service,
-`verify-replicas`), a partition leader and then the ZooKeeper leader SIGKILLed under idempotent
-acks=all load (SPEC S4, S8: nothing acknowledged lost, nothing duplicated; the brokers serve on
-through ZooKeeper's leader election), and `down -v` leaving nothing behind. The secure override,
-over the single-ZooKeeper override, is test_compose_secure_override.py.
+the host (the project's CLI and librdkafka) and in the network (the `demo` service, the Spark
+profile's job reading the topic into Parquet, `verify-replicas`), a partition leader and then the
+ZooKeeper leader SIGKILLed under idempotent acks=all load (SPEC S4, S8: nothing acknowledged lost,
+nothing duplicated; the brokers serve on through ZooKeeper's leader election), and `down -v` leaving
+nothing behind. The secure override, over the single-ZooKeeper override, is
+test_compose_secure_override.py.
 
 Needs a Docker engine (tests/deploy/docker_engine.py starts one of its own as root) and either an
 image registry or debootstrap (base images made from Debian); skipped with the reason otherwise.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ from compose_project import (
     PLAIN_GRPC,
     PLAIN_KAFKA,
     PROJECT_IMAGES,
+    SPARK_IMAGE,
     ZOOKEEPERS,
     BuiltImages,
     ComposeProject,
@@ -110,6 +113,69 @@ def test_the_cluster_serves_the_cli_librdkafka_and_the_demo(plain: ComposeProjec
     demo = plain.compose("--profile", "demo", "run", "--rm", "demo", timeout=300)
     assert demo.returncode == 0
     note(f"plain cluster: CLI + librdkafka round trips and the demo service in {time.monotonic() - t0:.0f} s")
+
+
+# The spark-job service's command in docker-compose.yml: topic `events` into this folder of its
+# `spark-out` volume.
+SPARK_TOPIC = "events"
+SPARK_OUT = "/var/lib/minikafka/data/events-parquet"
+# Run in the Spark image: the Parquet the job wrote, read back with pyarrow (not Spark), one JSON line.
+READ_PARQUET = f"""import json, pyarrow.parquet as pq
+t = pq.read_table({SPARK_OUT!r})
+print(json.dumps({{"columns": t.column_names, "topics": sorted(set(t.column("topic").to_pylist())),
+                   "timestamp_types": sorted(set(t.column("timestampType").to_pylist())),
+                   "null_timestamps": t.column("timestamp").null_count,
+                   "records": sorted([r["partition"], r["offset"], r["key"], r["value"]] for r in t.to_pylist())}}))
+"""
+
+
+def test_the_spark_profile_job_reads_the_topic_into_parquet(plain: ComposeProject, docker_engine: DockerEngine,
+                                                            tmp_path: Path) -> None:
+    """`docker compose --profile spark run --rm spark-job` as the compose file has it (topic_to_parquet,
+    `events` into the spark-out volume, local[2] Spark in the container): every record of the topic,
+    with its partition, offset, key and value, is a row of the Parquet, and nothing else is."""
+    t_all = time.monotonic()
+    r = plain.cli("topics", "--create", "--if-not-exists", "--topic", SPARK_TOPIC, "--partitions", "3",
+                  "--replication-factor", "3", "--bootstrap-server", PLAIN_GRPC)
+    assert r.returncode == 0, r.stderr
+    produced = plain.client("keyed", "--bootstrap", PLAIN_KAFKA, "--topic", SPARK_TOPIC, "--count", "300")
+    assert (produced["undelivered"], produced["delivery_errors"], len(produced["records"])) == (0, [], 300)
+    # The whole topic (the records of the tests before this one too), read independently of Spark.
+    topic = plain.client("dump", "--bootstrap", PLAIN_KAFKA, "--topic", SPARK_TOPIC)
+    assert topic["complete"], topic["high_watermarks"]
+    expected = sorted(topic["records"])
+    assert {tuple(x) for x in produced["records"]} <= {tuple(x) for x in expected}
+
+    t0 = time.monotonic()
+    plain.compose("--profile", "spark", "build", "spark-job", timeout=1500)
+    build_s = time.monotonic() - t0
+    size_mb = int(docker_engine.docker("image", "inspect", "-f", "{{.Size}}", SPARK_IMAGE).stdout) / 1e6
+    user = docker_engine.docker("image", "inspect", "-f", "{{.Config.User}}", SPARK_IMAGE).stdout.strip()
+    assert user == "minikafka"
+    t1 = time.monotonic()
+    assert image_layer_hits(docker_engine, SPARK_IMAGE, [PEM_PRIVATE_KEY], tmp_path) == []
+    scan_s = time.monotonic() - t1
+
+    t2 = time.monotonic()
+    job = plain.compose("--profile", "spark", "run", "-T", "--rm", "spark-job", timeout=600)
+    job_s = time.monotonic() - t2
+    summary = re.search(r"^wrote (\d+) rows to (\S+) in ([\d.]+)s$", job.stdout, re.MULTILINE)
+    assert summary, job.stdout[-3000:] + job.stderr[-3000:]
+    assert (int(summary[1]), summary[2]) == (len(expected), SPARK_OUT)
+
+    out = plain.compose("--profile", "spark", "run", "-T", "--rm", "--no-deps", "--entrypoint", "python",
+                        "spark-job", "-c", READ_PARQUET, timeout=300)
+    parquet = json.loads(out.stdout.strip().splitlines()[-1])
+    assert parquet["columns"] == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    assert (parquet["topics"], parquet["timestamp_types"], parquet["null_timestamps"]) == ([SPARK_TOPIC], [0], 0)
+    assert len(parquet["records"]) == len(expected)
+    assert parquet["records"] == expected
+    note(f"spark profile: `--profile spark build spark-job` {build_s:.0f} s ({SPARK_IMAGE} {size_mb:.0f} MB, "
+         f"user minikafka, layer scan clean in {scan_s:.0f} s); `--profile spark run --rm spark-job` "
+         f"(topic_to_parquet, local[2] in the container) {job_s:.0f} s (Spark's own {float(summary[3]):.1f} s): "
+         f"{len(expected)} rows = the topic's {len(expected)} records (partition, offset, key, value; "
+         f"{len(produced['records'])} keyed ones produced by librdkafka), read back with pyarrow; "
+         f"the Spark step {time.monotonic() - t_all:.0f} s in all")
 
 
 def _acked(proc_line: str) -> int:
