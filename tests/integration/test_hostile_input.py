@@ -142,7 +142,9 @@ PROBES = [
     ("corrupt zstd payload", _raw(b"\x28\xb5\x2f\xfd\x00" + b"\x5a" * 40, 1, compression=4), E.CORRUPT_MESSAGE),
     ("corrupt gzip payload", _raw(b"\x1f\x8b\x08\x00" + b"\x5a" * 40, 1, compression=1), E.CORRUPT_MESSAGE),
     ("control batch", _raw(_record(0), 1, attributes=0x20), E.INVALID_RECORD),
-    ("transactional batch", _raw(_record(0), 1, attributes=0x10), E.INVALID_RECORD),
+    # A transactional batch in a Produce that names no transactional id: refused before it is
+    # read, for the whole request, as Kafka 2.8's KafkaApis does (KIP-98; KIP-890's checks follow).
+    ("transactional batch", _raw(_record(0), 1, attributes=0x10), E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
     ("negative timestamp", _raw(_record(0), 1, base_ts=-1000), E.INVALID_TIMESTAMP),
     ("timestamp after 9999", _raw(_record(0), 1, base_ts=2**62), E.INVALID_TIMESTAMP),
 ]
