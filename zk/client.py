@@ -91,6 +91,7 @@ from zk.data import (
     TxnLease,
     TxnOffsetsZNode,
 )
+from zk.poll_handler import PollingThreadingHandler
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,10 @@ class ControllerMovedError(KafkaError):
 # as several multis, in order, each guarded (as Kafka 2.x writes partition states in pipelined
 # requests, each with its own controller epoch check).
 MAX_MULTI_BYTES: Final = 512 * 1024
+# A conflicting multi of independent writes (``commit_guarded(skip_conflicts=True)``) is committed
+# again in multis of this many writes, at most this many times.
+AROUND_CONFLICTS_MULTI: Final = 100
+AROUND_CONFLICTS_ATTEMPTS: Final = 4
 
 
 class PartialCommitError(KafkaError):
@@ -167,6 +172,14 @@ def multi_chunks(writes: Sequence[ZkWrite], limit: int) -> list[list[ZkWrite]]:
         chunks[-1].append(w)
         size += n
     return chunks
+
+
+def _fits(w: ZkWrite, current: tuple[bytes, int] | None) -> bool:
+    """Would ``w`` apply to a znode that holds ``current`` (None: absent)? A create needs it absent;
+    a set or delete needs it present, at ``w.version`` unless that is -1."""
+    if w.kind == "create":
+        return current is None
+    return current is not None and (w.version < 0 or current[1] == w.version)
 
 
 @dataclass(frozen=True)
@@ -216,7 +229,9 @@ class KafkaZkClient:
                               # ignore_expire=False: a call must not quietly carry on in a new session.
                               command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0,
                                              "ignore_expire": False},
-                              auth_data=auth, default_acl=self.secure_acl)
+                              auth_data=auth, default_acl=self.secure_acl,
+                              # One poll(2) per select, not an epoll instance made and closed (issue 29).
+                              handler=PollingThreadingHandler())
         self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000.0
 
     def _r(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -428,27 +443,82 @@ class KafkaZkClient:
         return ControllerEpochZNode.decode(data), int(stat.version)
 
     def commit_guarded(self, epoch_zk_version: int, writes: Sequence[ZkWrite],
-                       guard: str = ControllerEpochZNode.PATH) -> CommitResult:
+                       guard: str = ControllerEpochZNode.PATH, skip_conflicts: bool = False) -> CommitResult:
         """Apply ``writes`` atomically, only if ``guard`` (/controller_epoch unless said) is still at
         ``epoch_zk_version``.
 
         Raises ControllerMovedError when the epoch moved (a newer controller exists; for another
         guard, NotCoordinatorError: a newer group coordinator). On any other conflict nothing was
         applied and the result carries the current data of every path. A lost reply is recognised
-        by re-reading: every written path as written means applied."""
+        by re-reading: every written path as written means applied.
+
+        ``skip_conflicts`` (the controller's plans made only of partition states, whose writes are
+        independent of one another): a multi that conflicts is tried again without the writes whose
+        znode moved, and the later multis go on; PartialCommitError then says what was applied and
+        what conflicted. Kafka's updateLeaderAndIsr writes each partition on its own and retries
+        only the failed ones; without this, one leader's ISR change among 10,000 partitions voided
+        a whole multi, and the replans that followed met new ones, until the controller gave up
+        (issue 29)."""
         if not writes:
             return CommitResult(True)
         chunks = multi_chunks(writes, MAX_MULTI_BYTES)
+        applied: list[ZkWrite] = []
+        conflicts: dict[str, tuple[bytes, int] | None] = {}
         for i, chunk in enumerate(chunks):
             result = self._commit_multi(epoch_zk_version, chunk, guard)
-            if not result.applied:
-                if i == 0:
-                    return result  # nothing applied: the caller refreshes and plans again
-                raise PartialCommitError(f"{i} of {len(chunks)} multis applied before a conflict on "
-                                         f"{sorted(result.current)[:3]}",
-                                         applied=[w for applied in chunks[:i] for w in applied],
-                                         current=result.current)
-        return CommitResult(True)
+            if result.applied:
+                applied.extend(chunk)
+                continue
+            if skip_conflicts:
+                taken, current = self._commit_around_conflicts(epoch_zk_version, chunk, guard, result.current)
+                applied.extend(taken)
+                conflicts.update(current)
+                continue
+            if i == 0:
+                return result  # nothing applied: the caller refreshes and plans again
+            raise PartialCommitError(f"{i} of {len(chunks)} multis applied before a conflict on "
+                                     f"{sorted(result.current)[:3]}", applied=applied, current=result.current)
+        if not conflicts:
+            return CommitResult(True)
+        if not applied:
+            return CommitResult(False, conflicts)
+        raise PartialCommitError(f"{len(applied)} of {len(writes)} writes applied, {len(conflicts)} znodes "
+                                 f"conflicted: {sorted(conflicts)[:3]}", applied=applied, current=conflicts)
+
+    def _commit_around_conflicts(self, epoch_zk_version: int, chunk: Sequence[ZkWrite], guard: str,
+                                 current: dict[str, tuple[bytes, int] | None]
+                                 ) -> tuple[list[ZkWrite], dict[str, tuple[bytes, int] | None]]:
+        """A multi of ``chunk`` conflicted and ``current`` is what its paths hold now: commit it
+        again without the paths whose first write no longer fits, in multis of at most
+        ``AROUND_CONFLICTS_MULTI`` writes (while leaders write ISR changes by the thousand, a large
+        multi keeps meeting a new one), a bounded number of times. Returns the writes applied and
+        the current data of the paths left out."""
+        rest = list(chunk)
+        applied: list[ZkWrite] = []
+        left_out: set[str] = set()
+        for _attempt in range(AROUND_CONFLICTS_ATTEMPTS):
+            first: dict[str, ZkWrite] = {}
+            for w in rest:
+                first.setdefault(w.path, w)
+            moved = {path for path, w in first.items() if not _fits(w, current.get(path))}
+            if not moved:
+                break  # a conflict these reads do not explain: leave the rest out
+            left_out |= moved
+            rest = [w for w in rest if w.path not in moved]
+            failed: list[ZkWrite] = []
+            for start in range(0, len(rest), AROUND_CONFLICTS_MULTI):
+                piece = rest[start:start + AROUND_CONFLICTS_MULTI]
+                result = self._commit_multi(epoch_zk_version, piece, guard)
+                if result.applied:
+                    applied.extend(piece)
+                else:
+                    failed.extend(piece)
+                    current = {**current, **result.current}
+            rest = failed
+            if not rest:
+                break
+        left_out |= {w.path for w in rest}
+        return applied, {path: current.get(path) for path in sorted(left_out)}
 
     def _commit_multi(self, epoch_zk_version: int, writes: Sequence[ZkWrite], guard: str) -> CommitResult:
         attempts = 0
@@ -480,7 +550,10 @@ class KafkaZkClient:
                 raise ControllerMovedError("/controller_epoch moved: a newer controller exists")
             if attempts > 1 and self._applied_already(writes):
                 return CommitResult(True)  # our previous attempt went through; its reply was lost
-            return CommitResult(False, {w.path: self._read(w.path) for w in writes})
+            # ZooKeeper reports only a multi's first failing op (the later ones: "runtime
+            # inconsistency"), so every path is read back - pipelined: one read after another took
+            # seconds for a multi of thousands of partition states (issue 29).
+            return CommitResult(False, self._get_many(list(dict.fromkeys(w.path for w in writes))))
 
     def path_exists(self, path: str) -> bool:
         return self._r(self.zk.exists, path) is not None

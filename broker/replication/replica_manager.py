@@ -134,6 +134,10 @@ class ReplicaManager:
         # The authorizer's verdict (broker.security.gatekeeper.Gatekeeper.allowed); all allowed by default.
         self.allowed: Callable[[RequestContext, str, str, str], bool] = lambda _c, _o, _t, _n: True
         self._log_dirs_executor: concurrent.futures.ThreadPoolExecutor | None = None  # prepare_leader_and_isr
+        # The leaders' ISR writes: thousands at once when a broker dies at scale. On the loop's
+        # default executor they queued ahead of everything else run there - the new controller's
+        # first LeaderAndIsr waited ~4 s behind them for its epoch lookup (issue 29).
+        self._isr_executor: concurrent.futures.ThreadPoolExecutor | None = None
         # KIP-890 part 1 (transaction.partition.verification.enable): a producer's first transactional
         # batch on a partition is appended only once its transaction coordinator verified the partition
         # is in the producer's ongoing transaction; ``verify_txn`` asks it (TxnVerifier.verify, wired by
@@ -1187,8 +1191,11 @@ class ReplicaManager:
     async def _persist_isr(self, p: Partition, new_isr: tuple[int, ...], expected_version: int, reason: str) -> None:
         epoch = p.leader_epoch
         try:
-            result = await asyncio.to_thread(write_isr, self.zk, p.topic, p.partition, self.broker_id, epoch,
-                                             p.controller_epoch, new_isr, expected_version)
+            if self._isr_executor is None:
+                self._isr_executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="isr-writes")
+            result = await asyncio.get_running_loop().run_in_executor(
+                self._isr_executor, write_isr, self.zk, p.topic, p.partition, self.broker_id, epoch,
+                p.controller_epoch, new_isr, expected_version)
         except Exception as e:  # ZooKeeper unreachable: try again on the next check
             log.warning("%s-%d: cannot write ISR %s: %s", p.topic, p.partition, list(new_isr), e)
             p.on_isr_write_failed(epoch)

@@ -344,3 +344,49 @@ def test_a_broker_death_conflicting_half_way_is_planned_again_not_resigned(monke
     epoch = h.gateway("check2")[0].get_controller_epoch()
     assert epoch is not None and epoch[0] == 1
     _all_led_without_3(h)
+
+
+def test_conflicts_on_new_partitions_at_every_attempt_do_not_exhaust_the_controller(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29, seen at 10,000 partitions right after a broker restart: the leaders shrank ISRs one
+    partition after another while the controller planned, so each attempt's first multi met a new
+    conflict, nothing was applied, and after MAX_CONFLICT_RETRIES plans the controller resigned (a
+    second election, 31 s). Now a conflicting multi is committed again without the moved
+    partitions, so every attempt applies all but those, and the next plans only the leftovers."""
+    import zk.client as zk_client
+    from controller.controller import MAX_CONFLICT_RETRIES
+
+    h = Harness()
+    _big_topic_led_by_3(h)
+    h.controller.start()
+    h.run()
+    assert h.controller.active
+    monkeypatch.setattr(zk_client, "MAX_MULTI_BYTES", 1500)
+    touched: set[str] = set()
+    first_multi = [False]
+    real_commit = zk_client.KafkaZkClient.commit_guarded
+    real_multi = zk_client.KafkaZkClient._commit_multi
+
+    def commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        first_multi[0] = True
+        return real_commit(self, *args, **kwargs)
+
+    def racing_multi(self, epoch_zk_version, writes, guard):  # type: ignore[no-untyped-def]
+        if first_multi[0] and len(touched) <= MAX_CONFLICT_RETRIES:
+            first_multi[0] = False
+            # A leader's own write of a partition of this multi that no leader touched before.
+            path = next((w.path for w in writes if w.path.endswith("/state") and w.path not in touched), None)
+            if path is not None:
+                touched.add(path)
+                data, _stat = h.brokers[1].get(path)
+                h.brokers[1].set(path, data)
+        return real_multi(self, epoch_zk_version, writes, guard)
+
+    monkeypatch.setattr(zk_client.KafkaZkClient, "commit_guarded", commit)
+    monkeypatch.setattr(zk_client.KafkaZkClient, "_commit_multi", racing_multi)
+    h.kill(3)
+    h.run()
+    assert touched, "no conflict was staged"
+    assert h.controller.active and h.controller.resignations == 0
+    epoch = h.gateway("check2")[0].get_controller_epoch()
+    assert epoch is not None and epoch[0] == 1
+    _all_led_without_3(h)
