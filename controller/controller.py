@@ -88,6 +88,7 @@ from controller.plan import (
     DeletePaths,
     DeleteTopicRequest,
     DeleteTopicZNodes,
+    ElectionRecord,
     Plan,
     RewriteReassignment,
 )
@@ -309,6 +310,7 @@ class KafkaController:
         """Run ``fn`` on a copy of the context, commit its staged writes guarded by the controller
         epoch, then adopt the copy and execute the rest of the plan; retry on conflicts."""
         refreshed: set[TopicPartition] = set()
+        carried: list[ElectionRecord] = []  # elections applied by a partial commit: logged and counted at the end
         stalled = 0  # attempts that applied nothing
         for attempt in range(MAX_PLANNING_ATTEMPTS):
             if stalled >= MAX_CONFLICT_RETRIES:
@@ -328,6 +330,10 @@ class KafkaController:
                 taken = self._take_applied(scope.ctx, scope.plan.writes, e)
                 if taken is None:
                     raise
+                applied = set(e.applied)
+                unapplied = {w.path for w in scope.plan.writes if w not in applied}
+                carried += [r for r in scope.plan.election_log
+                            if TopicPartitionStateZNode.path(r.topic, r.partition) not in unapplied]
                 log.info("controller %d: %d of %d writes applied, %d znodes conflicted (%s...) in %.2f s "
                          "(attempt %d); refreshing and planning again", self.broker_id, len(e.applied),
                          len(scope.plan.writes), len(e.current), sorted(e.current)[:3], time.monotonic() - planned,
@@ -339,6 +345,10 @@ class KafkaController:
                     log.info("controller %d: %d writes committed in %.2f s", self.broker_id,
                              len(scope.plan.writes), time.monotonic() - planned)
                 self.ctx = scope.ctx
+                if carried:
+                    scope.plan.election_log[:0] = carried
+                    scope.plan.elections += len(carried)
+                    scope.plan.unclean_elections += sum(r.unclean for r in carried)
                 # A partition someone else changed under us: its replicas may not have heard of
                 # that state (its writer may be gone); telling them again is harmless.
                 for tp in sorted(refreshed):
@@ -415,6 +425,7 @@ class KafkaController:
             self._cleanup(cleanup)
         self.elections += plan.elections
         self.unclean_elections += plan.unclean_elections
+        _log_elections(plan.election_log)
         plan.batch.send(ctx, self.channel, self._stop_replica_callback)  # type: ignore[arg-type]
         for ev in plan.follow_ups:
             self.put(ev)
@@ -1002,6 +1013,38 @@ class KafkaController:
         resp = self._run_planned(lambda s: controlled_shutdown.on_controlled_shutdown(s, ev.broker_id,
                                                                                        ev.broker_epoch))
         ev.reply.set_result(resp)
+
+
+# Up to this many clean elections of one plan are logged one line each; beyond, one line per new
+# leader (with DEBUG lines each): at 10,000 partitions a line per election was a fifth of the
+# controller thread's time in a failover (issue 29). Unclean ones are always logged each.
+ELECTIONS_LOGGED_EACH = 100
+
+
+def _log_elections(records: Sequence[ElectionRecord]) -> None:
+    clean = [r for r in records if not r.unclean]
+    for r in records:
+        if r.unclean:
+            log.warning("controller: UNCLEAN election of %d for %s-%d at leader epoch %d (data may be lost)",
+                        r.leader, r.topic, r.partition, r.leader_epoch,
+                        extra={"event": "unclean_election", "topic": r.topic, "partition": r.partition})
+    if len(clean) <= ELECTIONS_LOGGED_EACH:
+        for r in clean:
+            log.info("controller: %s election: %s-%d led by %d at leader epoch %d, isr %s", r.strategy, r.topic,
+                     r.partition, r.leader, r.leader_epoch, list(r.isr),
+                     extra={"event": "election", "topic": r.topic, "partition": r.partition})
+        return
+    by: dict[tuple[str, int], list[ElectionRecord]] = {}
+    for r in clean:
+        by.setdefault((r.strategy, r.leader), []).append(r)
+    for (strategy, leader), rs in sorted(by.items()):
+        log.info("controller: %d %s elections led by %d (%s%s)", len(rs), strategy, leader,
+                 ", ".join(f"{r.topic}-{r.partition}" for r in rs[:5]), f" and {len(rs) - 5} more" * (len(rs) > 5),
+                 extra={"event": "election", "topic": "", "partition": -1})
+    if log.isEnabledFor(logging.DEBUG):
+        for r in clean:
+            log.debug("controller: %s election: %s-%d led by %d at leader epoch %d, isr %s", r.strategy, r.topic,
+                      r.partition, r.leader, r.leader_epoch, list(r.isr))
 
 
 def _partition_of(path: str) -> TopicPartition | None:

@@ -390,3 +390,43 @@ def test_conflicts_on_new_partitions_at_every_attempt_do_not_exhaust_the_control
     epoch = h.gateway("check2")[0].get_controller_epoch()
     assert epoch is not None and epoch[0] == 1
     _all_led_without_3(h)
+
+
+def test_elections_are_logged_once_committed_and_summed_up_by_the_thousand(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29: the planner logged each election as it planned it, so a plan planned again after
+    a conflict logged its elections twice (those of the discarded plan too), and at 10,000
+    partitions a line per election was a fifth of the controller thread's failover time. Now the
+    committed plan's elections are logged: one line each up to ELECTIONS_LOGGED_EACH, else one per
+    new leader."""
+    import logging
+
+    import zk.client as zk_client
+    from controller.controller import ELECTIONS_LOGGED_EACH
+
+    h = Harness()
+    _big_topic_led_by_3(h)
+    h.controller.start()
+    h.run()
+    monkeypatch.setattr(zk_client, "MAX_MULTI_BYTES", 1500)
+    _racing_second_multi(h, monkeypatch, [])
+    caplog.set_level(logging.INFO, logger="controller")
+    h.kill(3)
+    h.run()
+    _all_led_without_3(h)
+    lines = [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "election"]
+    assert len(lines) == h.controller.elections  # every election once, counted once
+    for p in range(40):
+        assert sum(f" big-{p} led by " in m for m in lines) == 1, (p, lines)
+
+    h2 = Harness()
+    n = ELECTIONS_LOGGED_EACH + 50
+    _big_topic_led_by_3(h2, n)
+    h2.controller.start()
+    h2.run()
+    caplog.clear()
+    before = h2.controller.elections
+    h2.kill(3)
+    h2.run()
+    lines = [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "election"]
+    assert 1 <= len(lines) <= 2 and all(" offline elections led by " in m for m in lines), lines
+    assert sum(int(m.split()[1]) for m in lines) == h2.controller.elections - before >= n
