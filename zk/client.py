@@ -42,6 +42,7 @@ from kazoo.exceptions import (
     OperationTimeoutError,
     RolledBackError,
     SessionExpiredError,
+    UnimplementedError,
 )
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import RetryFailedError
@@ -91,6 +92,7 @@ from zk.data import (
     TxnLease,
     TxnOffsetsZNode,
 )
+from zk.multi_read import MultiGetData
 from zk.poll_handler import PollingThreadingHandler
 
 log = logging.getLogger(__name__)
@@ -139,6 +141,9 @@ class ControllerMovedError(KafkaError):
 # as several multis, in order, each guarded (as Kafka 2.x writes partition states in pipelined
 # requests, each with its own controller epoch check).
 MAX_MULTI_BYTES: Final = 512 * 1024
+# Reads of at least MULTI_READ_MIN znodes go in multiRead requests of MULTI_READ_PATHS (zk/multi_read.py).
+MULTI_READ_MIN: Final = 16
+MULTI_READ_PATHS: Final = 500
 # A conflicting multi of independent writes (``commit_guarded(skip_conflicts=True)``) is committed
 # again in multis of this many writes, at most this many times.
 AROUND_CONFLICTS_MULTI: Final = 100
@@ -233,6 +238,7 @@ class KafkaZkClient:
                               # One poll(2) per select, not an epoll instance made and closed (issue 29).
                               handler=PollingThreadingHandler())
         self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000.0
+        self._multi_read = True  # until the server answers UNIMPLEMENTED (before ZooKeeper 3.6)
 
     def _r(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a kazoo call, retrying ConnectionLoss / OperationTimeout (kazoo's KazooRetry)."""
@@ -664,6 +670,12 @@ class KafkaZkClient:
             for path in paths:
                 out[path] = self._read(path)
             return out
+        if self._multi_read and len(paths) >= MULTI_READ_MIN:
+            try:
+                return self._multi_read_many(paths)
+            except UnimplementedError:
+                self._multi_read = False  # a ZooKeeper before 3.6: one read per znode from now on
+                log.info("ZooKeeper has no multiRead (before 3.6): reading znodes one per request")
         for start in range(0, len(paths), 1000):
             pending = [(path, get_async(path)) for path in paths[start:start + 1000]]
             for path, result in pending:
@@ -676,6 +688,35 @@ class KafkaZkClient:
                     out[path] = self._read(path)  # retried like every other read
                     continue
                 out[path] = (data, int(stat.version))
+        return out
+
+    def _multi_read_many(self, paths: Sequence[str]) -> dict[str, tuple[bytes, int] | None]:
+        """``_get_many`` in multiRead requests of ``MULTI_READ_PATHS`` znodes (zk/multi_read.py), all
+        sent before the first answer is awaited. A request lost to a connection blip, or a znode
+        whose read failed otherwise than by its absence, is read again alone (and raises as
+        ``_read`` does)."""
+        chroot = self.zk.chroot or ""
+        pending = []
+        for start in range(0, len(paths), MULTI_READ_PATHS):
+            chunk = paths[start:start + MULTI_READ_PATHS]
+            result = self.zk.handler.async_result()
+            self.zk._call(MultiGetData(tuple(chroot + p for p in chunk)), result)
+            pending.append((chunk, result))
+        out: dict[str, tuple[bytes, int] | None] = {}
+        for chunk, result in pending:
+            try:
+                answers = result.get(timeout=self.connection_timeout_s)
+            except (ConnectionLoss, OperationTimeoutError):
+                answers = [None] * len(chunk)
+            if len(answers) != len(chunk):
+                raise KazooException(f"multiRead answered {len(answers)} reads for {len(chunk)} znodes")
+            for path, answer in zip(chunk, answers, strict=True):
+                if isinstance(answer, NoNodeError):
+                    out[path] = None
+                elif isinstance(answer, tuple):
+                    out[path] = (answer[0], int(answer[1].version))
+                else:
+                    out[path] = self._read(path)
         return out
 
     def paths_exist(self, paths: Sequence[str]) -> dict[str, bool]:
