@@ -567,7 +567,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             large: dict[str, Any] = {"partitions_in_cluster": HOT[1] + BASE[1] + args.partitions}
             result["large"] = large
             try:
-                large["create"] = create(md, controller, topics, args)
+                with py_spy(pids, args.profile_dir, f"create-{args.partitions}"):
+                    large["create"] = create(md, controller, topics, args)
                 if "error" in large["create"]:
                     raise RuntimeError(f"creating the {args.partitions:,} partitions: {large['create']['error']}")
                 measure_level(large, kbs, pids, zk_pid, hot, partitions_of(topics), args)
@@ -725,8 +726,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="librdkafka sends one Produce request per partition (its issue #1700); minikafka's "
                          "Producer one per leader naming every ready partition, as Kafka's Java client")
     ap.add_argument("--profile-dir", default=None,
-                    help="py-spy record each broker during the spread phases, and the surviving brokers during the "
-                         "controller SIGKILL (collapsed stacks, thread names first, here)")
+                    help="py-spy record each broker while the N partitions are created and during the spread phases, "
+                         "and the surviving brokers during the controller SIGKILL (collapsed stacks, thread "
+                         "names first, here)")
     ap.add_argument("--keep-dir", action="store_true",
                     help="keep the cluster's directory (brokers' and ZooKeeper's logs) and print where")
     ap.add_argument("--json", action="store_true")
