@@ -93,7 +93,6 @@ from zk.data import (
     TxnOffsetsZNode,
 )
 from zk.multi_read import MultiGetData
-from zk.poll_handler import PollingThreadingHandler
 
 log = logging.getLogger(__name__)
 
@@ -234,9 +233,7 @@ class KafkaZkClient:
                               # ignore_expire=False: a call must not quietly carry on in a new session.
                               command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0,
                                              "ignore_expire": False},
-                              auth_data=auth, default_acl=self.secure_acl,
-                              # One poll(2) per select, not an epoll instance made and closed (issue 29).
-                              handler=PollingThreadingHandler())
+                              auth_data=auth, default_acl=self.secure_acl)
         self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000.0
         self._multi_read = True  # until the server answers UNIMPLEMENTED (before ZooKeeper 3.6)
 
