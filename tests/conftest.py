@@ -17,6 +17,8 @@ from pathlib import Path
 # that brings in grpc (client.ops.local_cluster below does).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+import signal
+
 import pytest
 from hypothesis import HealthCheck, settings
 from kazoo.client import KazooClient
@@ -24,6 +26,13 @@ from kazoo.client import KazooClient
 from client.ops.local_cluster import ZooKeeperServer
 
 logging.getLogger("kazoo").setLevel(logging.ERROR)
+# A shell without job control starts a background command (`make test &`, CI runners, nohup) with
+# SIGINT ignored, and an ignored signal stays ignored across exec: every CLI process a test starts
+# would then ignore the Ctrl-C the Ctrl-C tests send it (seen: the console consumer and
+# `minikafka chaos` running on after SIGINT). A Python handler is reset to the default at exec, so
+# the children get Python's KeyboardInterrupt again.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # Property tests check behaviour, not speed: on a loaded 2-core CI machine Hypothesis' 200 ms
 # per-example deadline and its too-slow health check failed correct code (seen once in tests/unit).
 settings.register_profile("minikafka", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -68,11 +68,18 @@ def test_pipelined_batches_from_many_partitions_and_acks_one_and_zero(module_clu
     _ready(module_cluster, "kp-many", 6)
     for acks in (1, 0):
         with Producer(bootstrap, acks=acks, enable_idempotence=False, linger_ms=1, batch_size=2000) as producer:
+            # The Kafka listener connection opens in the background on the first send, which goes
+            # over gRPC meanwhile: on a loaded machine all 3,000 records can be sent before it is
+            # open. So one record per partition first, then wait for a connection.
+            for p in range(6):
+                producer.send("kp-many", f"w{acks}-{p}".encode(), partition=p).result(timeout=30)
+            wait_for(lambda: bool(producer._kafka_conns), timeout_s=30, what="a Kafka listener connection")
             futures = [producer.send("kp-many", f"a{acks}-{i}".encode(), partition=i % 6) for i in range(3000)]
             producer.flush(timeout=60)
             assert all(f.exception() is None for f in futures)
-            assert producer._kafka_conns
-    got = _read_back(bootstrap, "kp-many", 6, 6000)
+            conns = dict(producer._kafka_conns)
+            assert any(conn._correlation_id > 0 for conn in conns.values()), "no batch went over a Kafka listener"
+    got = _read_back(bootstrap, "kp-many", 6, 6000 + 2 * 6)
     for p in range(6):
         values = [v for _o, v in got[p]]
         assert [o for o, _v in got[p]] == list(range(len(got[p])))
