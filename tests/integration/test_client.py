@@ -82,6 +82,8 @@ def test_consumer_group_range_assignment_and_failover(cluster) -> None:  # type:
 
     # One member in another process, slow (10 records per poll, 10 ms apart), killed with SIGKILL
     # while it still has records to consume; two members here. Groups need bootstrap servers only.
+    # Each line goes out in one write: print() writes its parts one by one, and a CI run once read
+    # a line cut short by the SIGKILL.
     slow_member = (
         "import sys, time\n"
         "from client.consumer import Consumer\n"
@@ -90,7 +92,7 @@ def test_consumer_group_range_assignment_and_failover(cluster) -> None:  # type:
         "             max_poll_records=10, consumer_id='external')\n"
         "while True:\n"
         "    for r in c.poll(timeout_ms=100):\n"
-        "        print(r.partition, r.offset, flush=True)\n"
+        "        sys.stdout.write(f'{r.partition} {r.offset}\\n'); sys.stdout.flush()\n"
         "    time.sleep(0.01)\n")
     member = subprocess.Popen([sys.executable, "-c", slow_member, bootstrap], cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True,

@@ -64,7 +64,9 @@ def test_s1_s9_4_topic_creation_writes_s10_znodes_and_deletion_removes_them(clus
     wait_for(lambda: all(leader_of(view, "orders", p)[0] == assignment[p][0] for p in range(5)),
              what="metadata shows the preferred leaders")
     data_dirs = [Path(c.state.dir) / f"broker-{b}" / "data" for b in (1, 2, 3)]
-    assert sum(1 for d in data_dirs for x in d.iterdir() if x.name.startswith("orders-")) == 10
+    # A follower makes its log on LeaderAndIsr, which may reach it after Metadata shows the leader.
+    wait_for(lambda: sum(1 for d in data_dirs for x in d.iterdir() if x.name.startswith("orders-")) == 10,
+             timeout_s=30, what="every replica's log directory")
 
     conn = view.connection(view.bootstrap[0])
     resp = conn.api.DeleteTopics(pb.DeleteTopicsRequest(topic_names=["orders"], timeout_ms=15000), timeout=20)
