@@ -290,7 +290,7 @@ def py_spy(pids: dict[int, int], out_dir: str | None, label: str) -> Iterator[No
     import subprocess
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    procs = [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+    procs = [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--threads",
                                "--output", str(Path(out_dir) / f"{label}-broker-{b}.txt"), "--nonblocking"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for b, pid in sorted(pids.items())]
@@ -479,10 +479,11 @@ def failover_phase(cluster: LocalCluster, md: Metadata, pids: dict[int, int], ex
     controller = int(zk0["controller"])
     lost = led_by(md.of(controller), controller, expected)
     survivors = [b for b in pids if b != controller]
-    start = time.perf_counter()
-    cluster.signal(controller, "KILL")
-    took = wait_until(lambda: all_led(md, survivors, lost, not_by=controller), args.failover_timeout,
-                      args.poll_seconds)
+    with py_spy({b: pids[b] for b in survivors}, args.profile_dir, "sigkill-controller"):
+        start = time.perf_counter()
+        cluster.signal(controller, "KILL")
+        took = wait_until(lambda: all_led(md, survivors, lost, not_by=controller), args.failover_timeout,
+                          args.poll_seconds)
     time.sleep(args.settle_seconds)  # an extra election shortly after counts too
     zk1 = cluster.zk_view()
     out["sigkill_controller"] = {"broker": controller, "partitions_led": len(lost),
@@ -566,7 +567,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             large: dict[str, Any] = {"partitions_in_cluster": HOT[1] + BASE[1] + args.partitions}
             result["large"] = large
             try:
-                large["create"] = create(md, controller, topics, args)
+                with py_spy(pids, args.profile_dir, f"create-{args.partitions}"):
+                    large["create"] = create(md, controller, topics, args)
                 if "error" in large["create"]:
                     raise RuntimeError(f"creating the {args.partitions:,} partitions: {large['create']['error']}")
                 measure_level(large, kbs, pids, zk_pid, hot, partitions_of(topics), args)
@@ -581,7 +583,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             md.close()
         with contextlib.suppress(Exception):
             cluster.down()
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep_dir:
+            print(f"kept: {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
     result["loadavg_end"] = loadavg()
     return result
 
@@ -721,7 +726,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="librdkafka sends one Produce request per partition (its issue #1700); minikafka's "
                          "Producer one per leader naming every ready partition, as Kafka's Java client")
     ap.add_argument("--profile-dir", default=None,
-                    help="py-spy record each broker during the spread phases (collapsed stacks here)")
+                    help="py-spy record each broker while the N partitions are created and during the spread phases, "
+                         "and the surviving brokers during the controller SIGKILL (collapsed stacks, thread "
+                         "names first, here)")
+    ap.add_argument("--keep-dir", action="store_true",
+                    help="keep the cluster's directory (brokers' and ZooKeeper's logs) and print where")
     ap.add_argument("--json", action="store_true")
     return ap
 

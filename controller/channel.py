@@ -148,6 +148,22 @@ class RequestBatch:
         self.update_metadata_brokers |= brokers
         self.update_metadata_partitions.update(partitions)
 
+    def _update_metadata(self, ctx: ControllerContext, live: list[pb.BrokerEndpoint]) -> pb.UpdateMetadataRequest:
+        ureq = pb.UpdateMetadataRequest(controller_id=self.controller_id, controller_epoch=ctx.epoch,
+                                       live_brokers=live, deleted_topics=sorted(self.deleted_topics))
+        for tp in sorted(self.update_metadata_partitions):
+            st = ctx.leadership.get(tp)
+            if st is None or tp[0] in self.deleted_topics:
+                continue
+            lai = st.leader_and_isr
+            replicas = ctx.replicas(tp)
+            ureq.partition_states.add(topic_name=tp[0], partition_index=tp[1],
+                                      controller_epoch=st.controller_epoch, leader=lai.leader,
+                                      leader_epoch=lai.leader_epoch, isr=list(lai.isr),
+                                      zk_version=lai.zk_version, replicas=replicas,
+                                      offline_replicas=[r for r in replicas if r not in ctx.live_brokers])
+        return ureq
+
     def send(self, ctx: ControllerContext, channel: ControllerChannelManager,
              stop_replica_callback: Callback | None = None) -> None:
         live = [endpoint(r) for _, r in sorted(ctx.live_brokers.items())]
@@ -169,23 +185,17 @@ class RequestBatch:
                                          adding_replicas=list(adding), removing_replicas=list(removing))
             req.live_leaders.extend(endpoint(ctx.live_brokers[b]) for b in sorted(leaders) if b in ctx.live_brokers)
             channel.send(broker_id, "LeaderAndIsr", req)
+        # One UpdateMetadata built, then copied per broker with its broker epoch (a C-level copy):
+        # building it per broker was most of sending a failover's 10,000 partitions (issue 29).
+        template: pb.UpdateMetadataRequest | None = None
         for broker_id in sorted(self.update_metadata_brokers):
             if broker_id not in ctx.live_brokers:
                 continue
-            ureq = pb.UpdateMetadataRequest(controller_id=self.controller_id, controller_epoch=ctx.epoch,
-                                           broker_epoch=ctx.live_brokers[broker_id].epoch, live_brokers=live,
-                                           deleted_topics=sorted(self.deleted_topics))
-            for tp in sorted(self.update_metadata_partitions):
-                st = ctx.leadership.get(tp)
-                if st is None or tp[0] in self.deleted_topics:
-                    continue
-                lai = st.leader_and_isr
-                replicas = ctx.replicas(tp)
-                ureq.partition_states.add(topic_name=tp[0], partition_index=tp[1],
-                                          controller_epoch=st.controller_epoch, leader=lai.leader,
-                                          leader_epoch=lai.leader_epoch, isr=list(lai.isr),
-                                          zk_version=lai.zk_version, replicas=replicas,
-                                          offline_replicas=[r for r in replicas if r not in ctx.live_brokers])
+            if template is None:
+                template = self._update_metadata(ctx, live)
+            ureq = pb.UpdateMetadataRequest()
+            ureq.CopyFrom(template)
+            ureq.broker_epoch = ctx.live_brokers[broker_id].epoch
             channel.send(broker_id, "UpdateMetadata", ureq)
         for broker_id, stops in self.stop_replica.items():
             if broker_id not in ctx.live_brokers:

@@ -36,7 +36,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -88,6 +88,7 @@ from controller.plan import (
     DeletePaths,
     DeleteTopicRequest,
     DeleteTopicZNodes,
+    ElectionRecord,
     Plan,
     RewriteReassignment,
 )
@@ -115,6 +116,9 @@ from zk.data import (
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 MAX_CONFLICT_RETRIES = 5
+# Plans of partition states whose commit applied part of them (the rest met leaders' own ISR
+# writes) make progress and are planned again, up to this many attempts in all (issue 29).
+MAX_PLANNING_ATTEMPTS = 20
 # After a failed election or a failure that resigned, try again this much later: the gateway's
 # ZooKeeper retries are bounded, so a long connection loss can make an election fail outright, and
 # nothing else would run it again if /controller never changes (issue 14, found by simulation).
@@ -306,12 +310,18 @@ class KafkaController:
         """Run ``fn`` on a copy of the context, commit its staged writes guarded by the controller
         epoch, then adopt the copy and execute the rest of the plan; retry on conflicts."""
         refreshed: set[TopicPartition] = set()
-        for attempt in range(MAX_CONFLICT_RETRIES):
+        carried: list[ElectionRecord] = []  # elections applied by a partial commit: logged and counted at the end
+        stalled = 0  # attempts that applied nothing
+        for attempt in range(MAX_PLANNING_ATTEMPTS):
+            if stalled >= MAX_CONFLICT_RETRIES:
+                break
             scope = Scope(self.ctx.copy(), Plan(RequestBatch(controller_id=self.broker_id)), self.zk,
                           self.settings.unclean_leader_election_enable)
             result = fn(scope)
+            planned = time.monotonic()
             try:
-                commit = self.zk.commit_guarded(self.ctx.epoch_zk_version, scope.plan.writes)
+                commit = self.zk.commit_guarded(self.ctx.epoch_zk_version, scope.plan.writes,
+                                                skip_conflicts=_partition_states_only(scope.plan.writes))
             except PartialCommitError as e:
                 # Several multis, a later one conflicted (e.g. a leader's own ISR change among
                 # thousands of partitions): take what was applied, refresh what conflicted and plan
@@ -320,13 +330,25 @@ class KafkaController:
                 taken = self._take_applied(scope.ctx, scope.plan.writes, e)
                 if taken is None:
                     raise
-                log.info("controller %d: %d of %d writes applied before a conflict on %s (attempt %d); "
-                         "refreshing and planning again", self.broker_id, len(e.applied), len(scope.plan.writes),
-                         sorted(e.current)[:3], attempt + 1)
+                applied = set(e.applied)
+                unapplied = {w.path for w in scope.plan.writes if w not in applied}
+                carried += [r for r in scope.plan.election_log
+                            if TopicPartitionStateZNode.path(r.topic, r.partition) not in unapplied]
+                log.info("controller %d: %d of %d writes applied, %d znodes conflicted (%s...) in %.2f s "
+                         "(attempt %d); refreshing and planning again", self.broker_id, len(e.applied),
+                         len(scope.plan.writes), len(e.current), sorted(e.current)[:3], time.monotonic() - planned,
+                         attempt + 1)
                 refreshed |= taken
-                continue
+                continue  # progress: planning again is bounded by MAX_PLANNING_ATTEMPTS only
             if commit.applied:
+                if len(scope.plan.writes) >= 1000:
+                    log.info("controller %d: %d writes committed in %.2f s", self.broker_id,
+                             len(scope.plan.writes), time.monotonic() - planned)
                 self.ctx = scope.ctx
+                if carried:
+                    scope.plan.election_log[:0] = carried
+                    scope.plan.elections += len(carried)
+                    scope.plan.unclean_elections += sum(r.unclean for r in carried)
                 # A partition someone else changed under us: its replicas may not have heard of
                 # that state (its writer may be gone); telling them again is harmless.
                 for tp in sorted(refreshed):
@@ -334,10 +356,11 @@ class KafkaController:
                         scope.plan.batch.add_leader_and_isr(set(self.ctx.replicas(tp)), tp, self.ctx)
                 self._execute(scope.plan)
                 return result
-            log.info("controller %d: conflict on %s (attempt %d); refreshing and planning again", self.broker_id,
-                     sorted(commit.current), attempt + 1)
+            log.info("controller %d: conflict on %d znodes (%s...) (attempt %d); refreshing and planning again",
+                     self.broker_id, len(commit.current), sorted(commit.current)[:3], attempt + 1)
             refreshed |= self._refresh(commit.current)
-        raise ControllerStateError(f"writes kept conflicting after {MAX_CONFLICT_RETRIES} attempts")
+            stalled += 1
+        raise ControllerStateError(f"writes kept conflicting after {attempt + 1} attempts")
 
     def _take_applied(self, planned: ControllerContext, writes: list[ZkWrite],
                       e: PartialCommitError) -> set[TopicPartition] | None:
@@ -345,25 +368,13 @@ class KafkaController:
         planned state (leadership, partition and replica states) from ``planned``; the others take
         what ZooKeeper holds now. Returns those partitions (their replicas must hear of them), or
         None when something other than partition states was written (then the caller gives up)."""
-        def partition_of(path: str) -> TopicPartition | None:
-            parts = path.split("/")
-            if len(parts) == 7 and parts[:3] == ["", "brokers", "topics"] and parts[4] == "partitions" \
-                    and parts[6] == "state" and parts[5].isdigit():
-                return parts[3], int(parts[5])
-            return None
-
-        def is_parent(w: ZkWrite) -> bool:  # a new partition's /partitions and /partitions/<p> znodes
-            parts = w.path.split("/")
-            return w.kind == "create" and parts[:3] == ["", "brokers", "topics"] and len(parts) in (5, 6) \
-                and parts[4] == "partitions"
-
-        if any(partition_of(w.path) is None and not is_parent(w) for w in writes):
+        if not _partition_states_only(writes):
             return None
         applied = set(e.applied)
         done: set[TopicPartition] = set()
         partial: set[TopicPartition] = set()
         for w in writes:
-            tp = partition_of(w.path)
+            tp = _partition_of(w.path)
             if tp is not None:
                 (done if w in applied else partial).add(tp)
         done -= partial  # a partition written twice in the plan, once applied: read it back
@@ -377,7 +388,7 @@ class KafkaController:
                 if (tp, r) in planned.replica_states:
                     ctx.replica_states[(tp, r)] = planned.replica_states[(tp, r)]
         # Written in a multi not attempted (or only in part): as ZooKeeper holds them now.
-        stale = sorted(partial - {partition_of(p) for p in e.current})
+        stale = sorted(partial - {_partition_of(p) for p in e.current})
         found = self.zk.get_partition_states(stale) if stale else {}  # pipelined
         for tp in stale:
             if tp in found:
@@ -414,6 +425,7 @@ class KafkaController:
             self._cleanup(cleanup)
         self.elections += plan.elections
         self.unclean_elections += plan.unclean_elections
+        _log_elections(plan.election_log)
         plan.batch.send(ctx, self.channel, self._stop_replica_callback)  # type: ignore[arg-type]
         for ev in plan.follow_ups:
             self.put(ev)
@@ -558,9 +570,12 @@ class KafkaController:
         self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=version)
         gen = self._generation
         self._arm_watches()
+        started = time.monotonic()
+        loaded = started
         for attempt in range(MAX_CONFLICT_RETRIES):
             try:
                 self._load()
+                loaded = time.monotonic()
                 self._run_planned(self._resume)
                 break
             except PartialCommitError as e:
@@ -576,7 +591,11 @@ class KafkaController:
         self._watch_topics(sorted(self.ctx.assignments))
         # Active only once everything is loaded and the resumed state is committed (item 6).
         self.active = True
-        log.info("broker %d is now the controller, controller epoch %d", self.broker_id, epoch,
+        done = time.monotonic()
+        # The phases' durations: what a failover at thousands of partitions spends where (issue 29).
+        log.info("broker %d is now the controller, controller epoch %d (%d partitions: loaded in %.2f s, "
+                 "resumed - planned, committed, sent - in %.2f s)", self.broker_id, epoch,
+                 len(self.ctx.leadership), loaded - started, done - loaded,
                  extra={"event": "controller_elected", "topic": "", "partition": -1})
         for ev in (TopicDeletion(), PreferredReplicaElection(), IsrChangeNotification(), PartitionReassignment()):
             self.put(ev)
@@ -994,6 +1013,58 @@ class KafkaController:
         resp = self._run_planned(lambda s: controlled_shutdown.on_controlled_shutdown(s, ev.broker_id,
                                                                                        ev.broker_epoch))
         ev.reply.set_result(resp)
+
+
+# Up to this many clean elections of one plan are logged one line each; beyond, one line per new
+# leader (with DEBUG lines each): at 10,000 partitions a line per election was a fifth of the
+# controller thread's time in a failover (issue 29). Unclean ones are always logged each.
+ELECTIONS_LOGGED_EACH = 100
+
+
+def _log_elections(records: Sequence[ElectionRecord]) -> None:
+    clean = [r for r in records if not r.unclean]
+    for r in records:
+        if r.unclean:
+            log.warning("controller: UNCLEAN election of %d for %s-%d at leader epoch %d (data may be lost)",
+                        r.leader, r.topic, r.partition, r.leader_epoch,
+                        extra={"event": "unclean_election", "topic": r.topic, "partition": r.partition})
+    if len(clean) <= ELECTIONS_LOGGED_EACH:
+        for r in clean:
+            log.info("controller: %s election: %s-%d led by %d at leader epoch %d, isr %s", r.strategy, r.topic,
+                     r.partition, r.leader, r.leader_epoch, list(r.isr),
+                     extra={"event": "election", "topic": r.topic, "partition": r.partition})
+        return
+    by: dict[tuple[str, int], list[ElectionRecord]] = {}
+    for r in clean:
+        by.setdefault((r.strategy, r.leader), []).append(r)
+    for (strategy, leader), rs in sorted(by.items()):
+        log.info("controller: %d %s elections led by %d (%s%s)", len(rs), strategy, leader,
+                 ", ".join(f"{r.topic}-{r.partition}" for r in rs[:5]), f" and {len(rs) - 5} more" * (len(rs) > 5),
+                 extra={"event": "election", "topic": "", "partition": -1})
+    if log.isEnabledFor(logging.DEBUG):
+        for r in clean:
+            log.debug("controller: %s election: %s-%d led by %d at leader epoch %d, isr %s", r.strategy, r.topic,
+                      r.partition, r.leader, r.leader_epoch, list(r.isr))
+
+
+def _partition_of(path: str) -> TopicPartition | None:
+    """The partition whose state znode ``path`` is (/brokers/topics/T/partitions/P/state), else None."""
+    parts = path.split("/")
+    if len(parts) == 7 and parts[:3] == ["", "brokers", "topics"] and parts[4] == "partitions" \
+            and parts[6] == "state" and parts[5].isdigit():
+        return parts[3], int(parts[5])
+    return None
+
+
+def _partition_states_only(writes: Sequence[ZkWrite]) -> bool:
+    """Are ``writes`` only partition states (and a new partition's /partitions and /partitions/P
+    parents)? Each partition's writes then stand alone: a commit may apply some and not others."""
+    def is_parent(w: ZkWrite) -> bool:
+        parts = w.path.split("/")
+        return w.kind == "create" and parts[:3] == ["", "brokers", "topics"] and len(parts) in (5, 6) \
+            and parts[4] == "partitions"
+
+    return all(_partition_of(w.path) is not None or is_parent(w) for w in writes)
 
 
 def _not_controller(partitions: list[TopicPartition]) -> dict[TopicPartition, tuple[int, str]]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from controller.context import ControllerContext
-from controller.plan import Plan
+from controller.plan import ElectionRecord, Plan
 from controller.state_machine import (
     ElectionStrategy,
     PartitionState,
@@ -144,15 +144,11 @@ def elect(s: Scope, tp: TopicPartition, strategy: ElectionStrategy, target_repli
         return False
     s.plan.elections += 1
     lai = ctx.leadership[tp].leader_and_isr
-    if outcome.get("unclean"):
+    unclean_outcome = bool(outcome.get("unclean"))
+    if unclean_outcome:
         s.plan.unclean_elections += 1
-        log.warning("controller: UNCLEAN election of %d for %s-%d at leader epoch %d (data may be lost)",
-                    lai.leader, tp[0], tp[1], lai.leader_epoch,
-                    extra={"event": "unclean_election", "topic": tp[0], "partition": tp[1]})
-    else:
-        log.info("controller: %s election: %s-%d led by %d at leader epoch %d, isr %s", strategy.value, tp[0],
-                 tp[1], lai.leader, lai.leader_epoch, list(lai.isr),
-                 extra={"event": "election", "topic": tp[0], "partition": tp[1]})
+    s.plan.election_log.append(ElectionRecord(strategy.value, tp[0], tp[1], lai.leader, lai.leader_epoch,
+                                              tuple(lai.isr), unclean_outcome))
     return True
 
 

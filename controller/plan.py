@@ -54,6 +54,17 @@ class DeletePaths:
 Cleanup = DeleteTopicRequest | DeleteTopicZNodes | RewriteReassignment | DeletePaths
 
 
+@dataclass(frozen=True)
+class ElectionRecord:
+    strategy: str
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    unclean: bool
+
+
 @dataclass
 class Plan:
     batch: RequestBatch
@@ -68,6 +79,9 @@ class Plan:
     # Counters for metrics, applied with the context.
     elections: int = 0
     unclean_elections: int = 0
+    # The elections made, logged once the plan is committed (a plan planned again after a conflict
+    # is not logged twice, and thousands are summed up: see KafkaController._log_elections).
+    election_log: list[ElectionRecord] = field(default_factory=list)
 
     def stage(self, write: ZkWrite) -> None:
         """Add a write. A path may be written more than once (a partition changed twice in one

@@ -42,6 +42,7 @@ from kazoo.exceptions import (
     OperationTimeoutError,
     RolledBackError,
     SessionExpiredError,
+    UnimplementedError,
 )
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import RetryFailedError
@@ -91,6 +92,7 @@ from zk.data import (
     TxnLease,
     TxnOffsetsZNode,
 )
+from zk.multi_read import MultiGetData
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,13 @@ class ControllerMovedError(KafkaError):
 # as several multis, in order, each guarded (as Kafka 2.x writes partition states in pipelined
 # requests, each with its own controller epoch check).
 MAX_MULTI_BYTES: Final = 512 * 1024
+# Reads of at least MULTI_READ_MIN znodes go in multiRead requests of MULTI_READ_PATHS (zk/multi_read.py).
+MULTI_READ_MIN: Final = 16
+MULTI_READ_PATHS: Final = 500
+# A conflicting multi of independent writes (``commit_guarded(skip_conflicts=True)``) is committed
+# again in multis of this many writes, at most this many times.
+AROUND_CONFLICTS_MULTI: Final = 100
+AROUND_CONFLICTS_ATTEMPTS: Final = 4
 
 
 class PartialCommitError(KafkaError):
@@ -167,6 +176,14 @@ def multi_chunks(writes: Sequence[ZkWrite], limit: int) -> list[list[ZkWrite]]:
         chunks[-1].append(w)
         size += n
     return chunks
+
+
+def _fits(w: ZkWrite, current: tuple[bytes, int] | None) -> bool:
+    """Would ``w`` apply to a znode that holds ``current`` (None: absent)? A create needs it absent;
+    a set or delete needs it present, at ``w.version`` unless that is -1."""
+    if w.kind == "create":
+        return current is None
+    return current is not None and (w.version < 0 or current[1] == w.version)
 
 
 @dataclass(frozen=True)
@@ -218,6 +235,7 @@ class KafkaZkClient:
                                              "ignore_expire": False},
                               auth_data=auth, default_acl=self.secure_acl)
         self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000.0
+        self._multi_read = True  # until the server answers UNIMPLEMENTED (before ZooKeeper 3.6)
 
     def _r(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a kazoo call, retrying ConnectionLoss / OperationTimeout (kazoo's KazooRetry)."""
@@ -428,27 +446,82 @@ class KafkaZkClient:
         return ControllerEpochZNode.decode(data), int(stat.version)
 
     def commit_guarded(self, epoch_zk_version: int, writes: Sequence[ZkWrite],
-                       guard: str = ControllerEpochZNode.PATH) -> CommitResult:
+                       guard: str = ControllerEpochZNode.PATH, skip_conflicts: bool = False) -> CommitResult:
         """Apply ``writes`` atomically, only if ``guard`` (/controller_epoch unless said) is still at
         ``epoch_zk_version``.
 
         Raises ControllerMovedError when the epoch moved (a newer controller exists; for another
         guard, NotCoordinatorError: a newer group coordinator). On any other conflict nothing was
         applied and the result carries the current data of every path. A lost reply is recognised
-        by re-reading: every written path as written means applied."""
+        by re-reading: every written path as written means applied.
+
+        ``skip_conflicts`` (the controller's plans made only of partition states, whose writes are
+        independent of one another): a multi that conflicts is tried again without the writes whose
+        znode moved, and the later multis go on; PartialCommitError then says what was applied and
+        what conflicted. Kafka's updateLeaderAndIsr writes each partition on its own and retries
+        only the failed ones; without this, one leader's ISR change among 10,000 partitions voided
+        a whole multi, and the replans that followed met new ones, until the controller gave up
+        (issue 29)."""
         if not writes:
             return CommitResult(True)
         chunks = multi_chunks(writes, MAX_MULTI_BYTES)
+        applied: list[ZkWrite] = []
+        conflicts: dict[str, tuple[bytes, int] | None] = {}
         for i, chunk in enumerate(chunks):
             result = self._commit_multi(epoch_zk_version, chunk, guard)
-            if not result.applied:
-                if i == 0:
-                    return result  # nothing applied: the caller refreshes and plans again
-                raise PartialCommitError(f"{i} of {len(chunks)} multis applied before a conflict on "
-                                         f"{sorted(result.current)[:3]}",
-                                         applied=[w for applied in chunks[:i] for w in applied],
-                                         current=result.current)
-        return CommitResult(True)
+            if result.applied:
+                applied.extend(chunk)
+                continue
+            if skip_conflicts:
+                taken, current = self._commit_around_conflicts(epoch_zk_version, chunk, guard, result.current)
+                applied.extend(taken)
+                conflicts.update(current)
+                continue
+            if i == 0:
+                return result  # nothing applied: the caller refreshes and plans again
+            raise PartialCommitError(f"{i} of {len(chunks)} multis applied before a conflict on "
+                                     f"{sorted(result.current)[:3]}", applied=applied, current=result.current)
+        if not conflicts:
+            return CommitResult(True)
+        if not applied:
+            return CommitResult(False, conflicts)
+        raise PartialCommitError(f"{len(applied)} of {len(writes)} writes applied, {len(conflicts)} znodes "
+                                 f"conflicted: {sorted(conflicts)[:3]}", applied=applied, current=conflicts)
+
+    def _commit_around_conflicts(self, epoch_zk_version: int, chunk: Sequence[ZkWrite], guard: str,
+                                 current: dict[str, tuple[bytes, int] | None]
+                                 ) -> tuple[list[ZkWrite], dict[str, tuple[bytes, int] | None]]:
+        """A multi of ``chunk`` conflicted and ``current`` is what its paths hold now: commit it
+        again without the paths whose first write no longer fits, in multis of at most
+        ``AROUND_CONFLICTS_MULTI`` writes (while leaders write ISR changes by the thousand, a large
+        multi keeps meeting a new one), a bounded number of times. Returns the writes applied and
+        the current data of the paths left out."""
+        rest = list(chunk)
+        applied: list[ZkWrite] = []
+        left_out: set[str] = set()
+        for _attempt in range(AROUND_CONFLICTS_ATTEMPTS):
+            first: dict[str, ZkWrite] = {}
+            for w in rest:
+                first.setdefault(w.path, w)
+            moved = {path for path, w in first.items() if not _fits(w, current.get(path))}
+            if not moved:
+                break  # a conflict these reads do not explain: leave the rest out
+            left_out |= moved
+            rest = [w for w in rest if w.path not in moved]
+            failed: list[ZkWrite] = []
+            for start in range(0, len(rest), AROUND_CONFLICTS_MULTI):
+                piece = rest[start:start + AROUND_CONFLICTS_MULTI]
+                result = self._commit_multi(epoch_zk_version, piece, guard)
+                if result.applied:
+                    applied.extend(piece)
+                else:
+                    failed.extend(piece)
+                    current = {**current, **result.current}
+            rest = failed
+            if not rest:
+                break
+        left_out |= {w.path for w in rest}
+        return applied, {path: current.get(path) for path in sorted(left_out)}
 
     def _commit_multi(self, epoch_zk_version: int, writes: Sequence[ZkWrite], guard: str) -> CommitResult:
         attempts = 0
@@ -480,7 +553,10 @@ class KafkaZkClient:
                 raise ControllerMovedError("/controller_epoch moved: a newer controller exists")
             if attempts > 1 and self._applied_already(writes):
                 return CommitResult(True)  # our previous attempt went through; its reply was lost
-            return CommitResult(False, {w.path: self._read(w.path) for w in writes})
+            # ZooKeeper reports only a multi's first failing op (the later ones: "runtime
+            # inconsistency"), so every path is read back - pipelined: one read after another took
+            # seconds for a multi of thousands of partition states (issue 29).
+            return CommitResult(False, self._get_many(list(dict.fromkeys(w.path for w in writes))))
 
     def path_exists(self, path: str) -> bool:
         return self._r(self.zk.exists, path) is not None
@@ -591,6 +667,12 @@ class KafkaZkClient:
             for path in paths:
                 out[path] = self._read(path)
             return out
+        if self._multi_read and len(paths) >= MULTI_READ_MIN:
+            try:
+                return self._multi_read_many(paths)
+            except UnimplementedError:
+                self._multi_read = False  # a ZooKeeper before 3.6: one read per znode from now on
+                log.info("ZooKeeper has no multiRead (before 3.6): reading znodes one per request")
         for start in range(0, len(paths), 1000):
             pending = [(path, get_async(path)) for path in paths[start:start + 1000]]
             for path, result in pending:
@@ -603,6 +685,35 @@ class KafkaZkClient:
                     out[path] = self._read(path)  # retried like every other read
                     continue
                 out[path] = (data, int(stat.version))
+        return out
+
+    def _multi_read_many(self, paths: Sequence[str]) -> dict[str, tuple[bytes, int] | None]:
+        """``_get_many`` in multiRead requests of ``MULTI_READ_PATHS`` znodes (zk/multi_read.py), all
+        sent before the first answer is awaited. A request lost to a connection blip, or a znode
+        whose read failed otherwise than by its absence, is read again alone (and raises as
+        ``_read`` does)."""
+        chroot = self.zk.chroot or ""
+        pending = []
+        for start in range(0, len(paths), MULTI_READ_PATHS):
+            chunk = paths[start:start + MULTI_READ_PATHS]
+            result = self.zk.handler.async_result()
+            self.zk._call(MultiGetData(tuple(chroot + p for p in chunk)), result)
+            pending.append((chunk, result))
+        out: dict[str, tuple[bytes, int] | None] = {}
+        for chunk, result in pending:
+            try:
+                answers = result.get(timeout=self.connection_timeout_s)
+            except (ConnectionLoss, OperationTimeoutError):
+                answers = [None] * len(chunk)
+            if len(answers) != len(chunk):
+                raise KazooException(f"multiRead answered {len(answers)} reads for {len(chunk)} znodes")
+            for path, answer in zip(chunk, answers, strict=True):
+                if isinstance(answer, NoNodeError):
+                    out[path] = None
+                elif isinstance(answer, tuple):
+                    out[path] = (answer[0], int(answer[1].version))
+                else:
+                    out[path] = self._read(path)
         return out
 
     def paths_exist(self, paths: Sequence[str]) -> dict[str, bool]:

@@ -79,7 +79,8 @@ def replica_transition(s: Any, tp: tuple[str, int], replica: int, target: Replic
     s.ctx.replica_states[(tp, replica)] = target
 
 
-def commit_unguarded(self: KafkaZkClient, epoch_zk_version: int, writes: list[ZkWrite]) -> CommitResult:
+def commit_unguarded(self: KafkaZkClient, epoch_zk_version: int, writes: list[ZkWrite],
+                     skip_conflicts: bool = False) -> CommitResult:
     """Item 5: controller writes not guarded by /controller_epoch's version (KAFKA-6082)."""
     for w in writes:
         if w.kind == "create":

@@ -344,3 +344,89 @@ def test_a_broker_death_conflicting_half_way_is_planned_again_not_resigned(monke
     epoch = h.gateway("check2")[0].get_controller_epoch()
     assert epoch is not None and epoch[0] == 1
     _all_led_without_3(h)
+
+
+def test_conflicts_on_new_partitions_at_every_attempt_do_not_exhaust_the_controller(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29, seen at 10,000 partitions right after a broker restart: the leaders shrank ISRs one
+    partition after another while the controller planned, so each attempt's first multi met a new
+    conflict, nothing was applied, and after MAX_CONFLICT_RETRIES plans the controller resigned (a
+    second election, 31 s). Now a conflicting multi is committed again without the moved
+    partitions, so every attempt applies all but those, and the next plans only the leftovers."""
+    import zk.client as zk_client
+    from controller.controller import MAX_CONFLICT_RETRIES
+
+    h = Harness()
+    _big_topic_led_by_3(h)
+    h.controller.start()
+    h.run()
+    assert h.controller.active
+    monkeypatch.setattr(zk_client, "MAX_MULTI_BYTES", 1500)
+    touched: set[str] = set()
+    first_multi = [False]
+    real_commit = zk_client.KafkaZkClient.commit_guarded
+    real_multi = zk_client.KafkaZkClient._commit_multi
+
+    def commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        first_multi[0] = True
+        return real_commit(self, *args, **kwargs)
+
+    def racing_multi(self, epoch_zk_version, writes, guard):  # type: ignore[no-untyped-def]
+        if first_multi[0] and len(touched) <= MAX_CONFLICT_RETRIES:
+            first_multi[0] = False
+            # A leader's own write of a partition of this multi that no leader touched before.
+            path = next((w.path for w in writes if w.path.endswith("/state") and w.path not in touched), None)
+            if path is not None:
+                touched.add(path)
+                data, _stat = h.brokers[1].get(path)
+                h.brokers[1].set(path, data)
+        return real_multi(self, epoch_zk_version, writes, guard)
+
+    monkeypatch.setattr(zk_client.KafkaZkClient, "commit_guarded", commit)
+    monkeypatch.setattr(zk_client.KafkaZkClient, "_commit_multi", racing_multi)
+    h.kill(3)
+    h.run()
+    assert touched, "no conflict was staged"
+    assert h.controller.active and h.controller.resignations == 0
+    epoch = h.gateway("check2")[0].get_controller_epoch()
+    assert epoch is not None and epoch[0] == 1
+    _all_led_without_3(h)
+
+
+def test_elections_are_logged_once_committed_and_summed_up_by_the_thousand(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29: the planner logged each election as it planned it, so a plan planned again after
+    a conflict logged its elections twice (those of the discarded plan too), and at 10,000
+    partitions a line per election was a fifth of the controller thread's failover time. Now the
+    committed plan's elections are logged: one line each up to ELECTIONS_LOGGED_EACH, else one per
+    new leader."""
+    import logging
+
+    import zk.client as zk_client
+    from controller.controller import ELECTIONS_LOGGED_EACH
+
+    h = Harness()
+    _big_topic_led_by_3(h)
+    h.controller.start()
+    h.run()
+    monkeypatch.setattr(zk_client, "MAX_MULTI_BYTES", 1500)
+    _racing_second_multi(h, monkeypatch, [])
+    caplog.set_level(logging.INFO, logger="controller")
+    h.kill(3)
+    h.run()
+    _all_led_without_3(h)
+    lines = [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "election"]
+    assert len(lines) == h.controller.elections  # every election once, counted once
+    for p in range(40):
+        assert sum(f" big-{p} led by " in m for m in lines) == 1, (p, lines)
+
+    h2 = Harness()
+    n = ELECTIONS_LOGGED_EACH + 50
+    _big_topic_led_by_3(h2, n)
+    h2.controller.start()
+    h2.run()
+    caplog.clear()
+    before = h2.controller.elections
+    h2.kill(3)
+    h2.run()
+    lines = [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "election"]
+    assert 1 <= len(lines) <= 2 and all(" offline elections led by " in m for m in lines), lines
+    assert sum(int(m.split()[1]) for m in lines) == h2.controller.elections - before >= n

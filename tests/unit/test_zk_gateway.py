@@ -16,6 +16,7 @@ from proto import errors
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulation"))
 from sim_zk import SimKazooClient, SimZooKeeper, fault_once
 
+from zk import client as zk_client
 from zk.client import (
     BrokerIdInUseError,
     ControllerMovedError,
@@ -213,6 +214,71 @@ def test_commit_guarded_conflict_returns_what_zookeeper_holds() -> None:
     gw.zk.set(path, TopicPartitionStateZNode.encode(state(1, 0, (1,))), version=0)  # the leader shrank the ISR
     result = gw.commit_guarded(epoch_version, [ZkWrite("set", path, TopicPartitionStateZNode.encode(state(2, 1, (2,))), 0)])
     assert not result.applied and result.current[path] is not None and result.current[path][1] == 1
+
+
+def _partitions(gw: KafkaZkClient, n: int) -> list[str]:
+    gw.create_topic("many", {p: [1, 2] for p in range(n)}, {})
+    paths = []
+    for p in range(n):
+        path = TopicPartitionStateZNode.path("many", p)
+        gw.zk.ensure_path(path.rsplit("/", 1)[0])
+        gw.zk.create(path, TopicPartitionStateZNode.encode(state(1, 0, (1, 2))))
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("multi_bytes", [512 * 1024, 600])  # one multi; several multis
+def test_commit_skipping_conflicts_applies_every_write_whose_znode_did_not_move(
+        monkeypatch: pytest.MonkeyPatch, multi_bytes: int) -> None:
+    """Issue 29: a leader's own ISR change on one partition no longer voids the controller's writes
+    of every other partition of the multi (nor stops the later multis)."""
+    monkeypatch.setattr(zk_client, "MAX_MULTI_BYTES", multi_bytes)
+    server = SimZooKeeper()
+    gw, _client = gateway(server)
+    epoch_version = _epoch_version(gw)
+    paths = _partitions(gw, 12)
+    for moved in (paths[1], paths[7]):
+        gw.zk.set(moved, TopicPartitionStateZNode.encode(state(1, 0, (1,))), version=0)  # the leader shrank the ISR
+    planned = TopicPartitionStateZNode.encode(state(2, 1, (2,)))
+    writes = [ZkWrite("set", path, planned, 0) for path in paths]
+    assert len(zk_client.multi_chunks(writes, zk_client.MAX_MULTI_BYTES)) == (1 if multi_bytes > 600 else 4)
+    # Without skipping: nothing applied from the first conflicting multi on.
+    result = gw.commit_guarded(epoch_version, writes[:3])
+    assert not result.applied and server.node(paths[0])[1].version == 0  # type: ignore[index]
+
+    with pytest.raises(zk_client.PartialCommitError) as caught:
+        gw.commit_guarded(epoch_version, writes, skip_conflicts=True)
+    e = caught.value
+    assert {w.path for w in e.applied} == set(paths) - {paths[1], paths[7]}
+    assert set(e.current) == {paths[1], paths[7]} and all(v is not None and v[1] == 1 for v in e.current.values())
+    for path in paths:
+        data, stat = server.node(path)  # type: ignore[misc]
+        assert (data == planned) == (path not in (paths[1], paths[7])), path
+        assert stat.version == 1
+
+
+def test_commit_skipping_conflicts_with_nothing_left_applies_nothing() -> None:
+    server = SimZooKeeper()
+    gw, _client = gateway(server)
+    epoch_version = _epoch_version(gw)
+    path = _partition(gw)
+    gw.zk.set(path, TopicPartitionStateZNode.encode(state(1, 0, (1,))), version=0)
+    result = gw.commit_guarded(epoch_version, [ZkWrite("set", path, b"{}", 0)], skip_conflicts=True)
+    assert not result.applied and result.current[path] is not None and result.current[path][1] == 1
+
+
+def test_commit_skipping_conflicts_still_stops_at_a_newer_controller() -> None:
+    server = SimZooKeeper()
+    gw, _client = gateway(server)
+    epoch_version = _epoch_version(gw)
+    paths = _partitions(gw, 3)
+    gw.zk.set(paths[0], TopicPartitionStateZNode.encode(state(1, 0, (1,))), version=0)
+    gw.delete_controller_if_owner()
+    newer, _ = gateway(server, name="newer controller")
+    assert newer.register_controller_and_increment_epoch(2, 0) is not None
+    with pytest.raises(ControllerMovedError):
+        gw.commit_guarded(epoch_version, [ZkWrite("set", p, b"{}", 0) for p in paths], skip_conflicts=True)
+    assert all(server.node(p)[1].version == (1 if p == paths[0] else 0) for p in paths)  # type: ignore[index]
 
 
 def test_session_expiry_is_not_retried_in_a_new_session() -> None:
