@@ -163,10 +163,11 @@ class ReplicaManager:
         return True
 
     async def prepare_leader_and_isr(self, req: pb.LeaderAndIsrRequest) -> None:
-        """Before ``handle_leader_and_isr``: the directories of the partitions it will create, made
-        in a thread (several at once), so that creating thousands of partitions does not hold the
-        event loop in mkdir (issue 29). The same checks as ``_apply_partition_state`` pick them;
-        if the request is refused meanwhile, empty directories are what a crash leaves too."""
+        """Before ``handle_leader_and_isr``: the logs of the partitions it will create, opened in
+        threads (several at once), so that creating thousands of partitions does not hold the
+        event loop in mkdir and file creations (issue 29); the loop adopts them once made, and
+        ``handle_leader_and_isr`` finds them. The same checks as ``_apply_partition_state`` pick
+        them; if the request is refused meanwhile, empty logs are what a crash leaves too."""
         if req.controller_epoch < self.controller_epoch:
             return
         new = [(s.topic_name, s.partition_index) for s in req.partition_states
@@ -177,8 +178,17 @@ class ReplicaManager:
             # of ISR changes, thousands at a time at scale, and a LeaderAndIsr must not queue behind them.
             if self._log_dirs_executor is None:
                 self._log_dirs_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="log-dirs")
-            await asyncio.get_running_loop().run_in_executor(self._log_dirs_executor,
-                                                             self.log_manager.make_replica_dirs, new)
+            specs = [(t, p, self.topic_config(t)) for t, p in new]
+            opened = await asyncio.get_running_loop().run_in_executor(
+                self._log_dirs_executor, self.log_manager.open_new_logs, specs, now_ms())
+            # A topic's config may have changed while they were opened: the loop's view wins.
+            for (t, _p), opened_log in opened:
+                cfg = self.topic_config(t)
+                if opened_log.config is not cfg:
+                    opened_log.config = cfg
+                    for seg in opened_log.segments:
+                        seg.config = cfg
+            self.log_manager.adopt_logs(opened)
 
     def handle_leader_and_isr(self, req: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
         if not self._check_controller_epoch(req.controller_epoch, "LeaderAndIsr"):

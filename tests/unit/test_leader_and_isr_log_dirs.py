@@ -1,7 +1,7 @@
-"""Creating many partitions does not hold the event loop in mkdir (issue 29, SPEC S15): a
-LeaderAndIsr that creates at least PREPARE_DIRS_MIN logs has their directories made in threads
-first (``ReplicaManager.prepare_leader_and_isr`` -> ``LogManager.make_replica_dirs``), then is
-applied as before. A real replica manager on real logs, no sockets."""
+"""Creating many partitions does not hold the event loop in mkdir and file creations (issue 29,
+SPEC S15): a LeaderAndIsr that creates at least PREPARE_DIRS_MIN logs has them opened in threads
+first (``ReplicaManager.prepare_leader_and_isr`` -> ``LogManager.open_new_logs``), adopted by the
+loop, then is applied as before. A real replica manager on real logs, no sockets."""
 
 from __future__ import annotations
 
@@ -94,3 +94,31 @@ def test_several_log_directories_choose_at_creation(tmp_path: Path) -> None:
     lm, _rm = managers(tmp_path, dirs=2)
     assert lm.make_replica_dirs([("t", p) for p in range(PREPARE_DIRS_MIN * 2)]) == 0
     assert not [p for d in ("logs0", "logs1") for p in (tmp_path / d).iterdir() if p.name.startswith("t-")]
+
+
+def test_a_log_made_meanwhile_is_kept_and_the_copy_opened_ahead_closed(tmp_path: Path) -> None:
+    lm, _rm = managers(tmp_path)
+    cfg = LogConfig()
+    opened = lm.open_new_logs([("t", p, cfg) for p in range(3)], now_ms=0)
+    assert [tp for tp, _log in opened] == [("t", 0), ("t", 1), ("t", 2)]
+    assert lm.get_log("t", 0) is None, "not registered before the loop adopts them"
+    made_meanwhile = lm.get_or_create_log("t", 1, 0, cfg)
+    lm.adopt_logs(opened)
+    assert lm.get_log("t", 1) is made_meanwhile
+    assert lm.get_log("t", 0) is opened[0][1] and lm.get_log("t", 2) is opened[2][1]
+
+
+def test_the_topic_config_at_adoption_wins(tmp_path: Path) -> None:
+    """A topic's config changed while its logs were opened: the adopted logs carry the new one."""
+    lm, rm = managers(tmp_path)
+    old, new = LogConfig(), LogConfig(segment_bytes=2 * 1024 * 1024)
+    configs = iter([old] * PREPARE_DIRS_MIN + [new] * (10 * PREPARE_DIRS_MIN))
+    rm.topic_config = lambda _t: next(configs)
+
+    async def run() -> None:
+        await rm.prepare_leader_and_isr(request("c", PREPARE_DIRS_MIN))
+
+    asyncio.run(run())
+    logs = [lm.get_log("c", p) for p in range(PREPARE_DIRS_MIN)]
+    assert all(log is not None and log.config is not old and log.config.segment_bytes == new.segment_bytes
+               for log in logs)
