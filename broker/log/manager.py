@@ -283,9 +283,10 @@ class LogManager:
 
     def adopt_logs(self, opened: Sequence[tuple[TopicPartition, Log]]) -> None:
         """Register logs made by ``open_new_logs`` (on the loop's thread). One that exists already
-        (made meanwhile by ``get_or_create_log``) is kept and the new copy closed."""
+        (made meanwhile by ``get_or_create_log``) is kept and the new copy closed; one whose
+        directory was removed meanwhile (a StopReplica that deleted it) is closed, not adopted."""
         for tp, log in opened:
-            if tp in self._logs:
+            if tp in self._logs or not log.dir.is_dir():  # made meanwhile, or removed meanwhile
                 log.close()
                 continue
             log.parent_dir_unsynced = True  # fsynced with its first flush (see Log.parent_dir_unsynced)

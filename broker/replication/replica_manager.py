@@ -181,6 +181,12 @@ class ReplicaManager:
             specs = [(t, p, self.topic_config(t)) for t, p in new]
             opened = await asyncio.get_running_loop().run_in_executor(
                 self._log_dirs_executor, self.log_manager.open_new_logs, specs, now_ms())
+            if req.controller_epoch < self.controller_epoch:
+                # A newer controller spoke meanwhile (it may have deleted these partitions): this
+                # request will be refused, so its logs are not adopted.
+                for _tp, opened_log in opened:
+                    opened_log.close()
+                return
             # A topic's config may have changed while they were opened: the loop's view wins.
             for (t, _p), opened_log in opened:
                 cfg = self.topic_config(t)

@@ -122,3 +122,32 @@ def test_the_topic_config_at_adoption_wins(tmp_path: Path) -> None:
     logs = [lm.get_log("c", p) for p in range(PREPARE_DIRS_MIN)]
     assert all(log is not None and log.config is not old and log.config.segment_bytes == new.segment_bytes
                for log in logs)
+
+
+def test_logs_opened_for_a_request_fenced_meanwhile_are_not_adopted(tmp_path: Path) -> None:
+    """A newer controller spoke while the logs were opened: they are closed, not registered."""
+    lm, rm = managers(tmp_path)
+    real = lm.open_new_logs
+
+    def open_then_fence(*args: Any, **kwargs: Any) -> Any:
+        opened = real(*args, **kwargs)
+        rm.controller_epoch = 9  # as a newer controller's request would, meanwhile
+        return opened
+
+    lm.open_new_logs = open_then_fence  # type: ignore[method-assign]
+
+    async def run() -> None:
+        await rm.prepare_leader_and_isr(request("fenced", PREPARE_DIRS_MIN, controller_epoch=1))
+
+    asyncio.run(run())
+    assert all(lm.get_log("fenced", p) is None for p in range(PREPARE_DIRS_MIN))
+
+
+def test_a_log_whose_directory_was_removed_meanwhile_is_not_adopted(tmp_path: Path) -> None:
+    import shutil
+
+    lm, _rm = managers(tmp_path)
+    opened = lm.open_new_logs([("gone", 0, LogConfig()), ("kept", 0, LogConfig())], now_ms=0)
+    shutil.rmtree(tmp_path / "logs0" / "gone-0")
+    lm.adopt_logs(opened)
+    assert lm.get_log("gone", 0) is None and lm.get_log("kept", 0) is not None
