@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +17,6 @@ from pathlib import Path
 # erred once in a full run). gRPC's core reads this when it is first imported, so before any import
 # that brings in grpc (client.ops.local_cluster below does).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-
-import signal
 
 import pytest
 from hypothesis import HealthCheck, settings

@@ -223,41 +223,13 @@ class LogManager:
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
-    def make_replica_dirs(self, tps: Sequence[tuple[str, int]], threads: int = 8) -> int:
-        """Create the directories of new logs ahead of ``get_or_create_log``, several at a time, off
-        the event loop (the caller runs this in a thread): a mkdir costs ~0.3 ms here, on the loop
-        that is 3 s of a broker's 10,000 new partitions (issue 29); the disk serves several at
-        once. Only with one log directory: with several, ``get_or_create_log`` chooses one at
-        creation time and an empty directory made elsewhere would load as a second copy at the next
-        start. An empty directory is what ``Log.open`` makes itself, so a partition never created
-        after all (a LeaderAndIsr refused meanwhile) leaves what a crash right after its mkdir
-        would. Returns how many were made."""
-        if len(self.log_dirs) != 1 or not tps:
-            return 0
-        d = self.log_dirs[0]
-        paths = [self._replica_dir(d, t, p) for t, p in tps if (t, p) not in self._logs]
-
-        def make(chunk: Sequence[Path]) -> int:
-            made = 0
-            for path in chunk:
-                try:
-                    path.mkdir()
-                    made += 1
-                except FileExistsError:
-                    pass
-            return made
-
-        if len(paths) < 2 * threads:
-            return make(paths)
-        with ThreadPoolExecutor(threads, thread_name_prefix="log-dirs") as pool:
-            return sum(pool.map(make, [paths[i::threads] for i in range(threads)]))
-
     def open_new_logs(self, specs: Sequence[tuple[str, int, LogConfig]], now_ms: int,
                       threads: int = 8) -> list[tuple[TopicPartition, Log]]:
         """Open (create) the logs of new partitions, several at a time, for ``adopt_logs``: the
         caller runs this in a thread, so that the event loop does not spend a new partition's
-        mkdir, file creations and listing (~1 ms each here: 10,000 partitions held a broker's
-        loop for seconds while they were created, issue 29). Nothing here is shared with the
+        mkdir (~0.3 ms here), file creations and listing (~1 ms in all: 10,000 partitions held a
+        broker's loop for seconds while they were created, issue 29); the disk serves several at
+        once. Nothing here is shared with the
         loop: the logs are not registered until the loop adopts them. Only with one log
         directory (with several, ``get_or_create_log`` chooses one at creation time). A log whose
         partition is never created after all (a LeaderAndIsr refused meanwhile) leaves an empty
@@ -281,14 +253,18 @@ class LogManager:
         with ThreadPoolExecutor(threads, thread_name_prefix="log-open") as pool:
             return [x for opened in pool.map(open_all, [todo[i::threads] for i in range(threads)]) for x in opened]
 
-    def adopt_logs(self, opened: Sequence[tuple[TopicPartition, Log]]) -> None:
-        """Register logs made by ``open_new_logs`` (on the loop's thread). One that exists already
-        (made meanwhile by ``get_or_create_log``) is kept and the new copy closed; one whose
-        directory was removed meanwhile (a StopReplica that deleted it) is closed, not adopted."""
+    def adopt_logs(self, opened: Sequence[tuple[TopicPartition, Log]],
+                   config_for_topic: Callable[[str], LogConfig]) -> None:
+        """Register logs made by ``open_new_logs`` (on the loop's thread), each with its topic's
+        config as ``config_for_topic`` gives it now (it may have changed while they were opened).
+        One that exists already (made meanwhile by ``get_or_create_log``) is kept and the new
+        copy closed; one whose directory was removed meanwhile (a StopReplica that deleted it) is
+        closed, not adopted."""
         for tp, log in opened:
             if tp in self._logs or not log.dir.is_dir():  # made meanwhile, or removed meanwhile
                 log.close()
                 continue
+            _set_config(log, config_for_topic(tp[0]))
             log.parent_dir_unsynced = True  # fsynced with its first flush (see Log.parent_dir_unsynced)
             self._defer(log)
             self._logs[tp] = log
@@ -343,9 +319,7 @@ class LogManager:
     def update_config(self, topic: str, config: LogConfig) -> None:
         for (t, _p), log in self._logs.items():
             if t == topic:
-                log.config = config
-                for seg in log.segments:
-                    seg.config = config
+                _set_config(log, config)
 
     # ------------------------------------------------------------ periodic duties
 
@@ -420,6 +394,12 @@ def _fsync_and_close(fd: int) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _set_config(log: Log, config: LogConfig) -> None:
+    log.config = config
+    for seg in log.segments:
+        seg.config = config
 
 
 def _read_offsets_or_empty(path: Path) -> dict[TopicPartition, int] | None:

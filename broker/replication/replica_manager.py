@@ -187,14 +187,7 @@ class ReplicaManager:
                 for _tp, opened_log in opened:
                     opened_log.close()
                 return
-            # A topic's config may have changed while they were opened: the loop's view wins.
-            for (t, _p), opened_log in opened:
-                cfg = self.topic_config(t)
-                if opened_log.config is not cfg:
-                    opened_log.config = cfg
-                    for seg in opened_log.segments:
-                        seg.config = cfg
-            self.log_manager.adopt_logs(opened)
+            self.log_manager.adopt_logs(opened, self.topic_config)
 
     def handle_leader_and_isr(self, req: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
         if not self._check_controller_epoch(req.controller_epoch, "LeaderAndIsr"):

@@ -92,7 +92,7 @@ def test_nothing_is_made_ahead_for_what_the_request_will_not_create(tmp_path: Pa
 def test_several_log_directories_choose_at_creation(tmp_path: Path) -> None:
     """With several log.dirs the directory is chosen when the log is created: nothing ahead."""
     lm, _rm = managers(tmp_path, dirs=2)
-    assert lm.make_replica_dirs([("t", p) for p in range(PREPARE_DIRS_MIN * 2)]) == 0
+    assert lm.open_new_logs([("t", p, LogConfig()) for p in range(PREPARE_DIRS_MIN * 2)], now_ms=0) == []
     assert not [p for d in ("logs0", "logs1") for p in (tmp_path / d).iterdir() if p.name.startswith("t-")]
 
 
@@ -103,7 +103,7 @@ def test_a_log_made_meanwhile_is_kept_and_the_copy_opened_ahead_closed(tmp_path:
     assert [tp for tp, _log in opened] == [("t", 0), ("t", 1), ("t", 2)]
     assert lm.get_log("t", 0) is None, "not registered before the loop adopts them"
     made_meanwhile = lm.get_or_create_log("t", 1, 0, cfg)
-    lm.adopt_logs(opened)
+    lm.adopt_logs(opened, lambda _t: cfg)
     assert lm.get_log("t", 1) is made_meanwhile
     assert lm.get_log("t", 0) is opened[0][1] and lm.get_log("t", 2) is opened[2][1]
 
@@ -149,5 +149,5 @@ def test_a_log_whose_directory_was_removed_meanwhile_is_not_adopted(tmp_path: Pa
     lm, _rm = managers(tmp_path)
     opened = lm.open_new_logs([("gone", 0, LogConfig()), ("kept", 0, LogConfig())], now_ms=0)
     shutil.rmtree(tmp_path / "logs0" / "gone-0")
-    lm.adopt_logs(opened)
+    lm.adopt_logs(opened, lambda _t: LogConfig())
     assert lm.get_log("gone", 0) is None and lm.get_log("kept", 0) is not None
