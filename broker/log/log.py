@@ -79,6 +79,7 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from broker.log.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
@@ -145,8 +146,12 @@ class RolledSegment:
     truncations: int  # the log's truncation count when it rolled
 
 
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
+class LogAppendInfo(NamedTuple):
+    """What one append did. A NamedTuple, not a frozen dataclass: one is built per append on the
+    leader and on every follower, and a frozen dataclass's ``__init__`` (a ``object.__setattr__``
+    per field) cost 1.9 us against 0.5 us, ~8% of the cluster's CPU per record at thousands of
+    partitions, where every batch holds one record (issue 29)."""
+
     first_offset: int
     last_offset: int
     max_timestamp: int

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker.log.log import Log, LogAppendInfo
 from broker.log.producer_state import VerificationGuard
@@ -60,8 +61,7 @@ from proto.names import TopicPartition
 from zk.data import NO_LEADER
 
 
-@dataclass(frozen=True, slots=True)
-class LeaderAppendResult:
+class LeaderAppendResult(NamedTuple):  # one per append: a NamedTuple for LogAppendInfo's reason
     info: LogAppendInfo
     # The append moved the HW (only possible when the ISR is the leader alone): wake waiters.
     high_watermark_moved: bool

@@ -1283,8 +1283,8 @@ class ReplicaManager:
                 self._isr_changed.update(batch)
                 await asyncio.sleep(1.0)
 
-    def checkpoint_high_watermarks(self) -> None:
-        self.log_manager.checkpoint_high_watermarks()
+    def checkpoint_high_watermarks(self, background: bool = False) -> None:
+        self.log_manager.checkpoint_high_watermarks(background)
 
     def leader_count(self) -> int:
         return sum(1 for p in self.partitions.values() if p.is_leader)

@@ -293,8 +293,10 @@ class KafkaServer:
         self.dynamic_config.start_watches(self.loop)
 
         self._every(cfg.replica_lag_time_max_ms / 2000.0, self.replica_manager.maybe_shrink_isr)
+        # The periodic checkpoints are written on the log manager's flusher thread (see
+        # LogManager._checkpoint); those at shutdown and after deletions are written at once.
         self._every(cfg.replica_high_watermark_checkpoint_interval_ms / 1000.0,
-                    self.replica_manager.checkpoint_high_watermarks)
+                    lambda: self.replica_manager.checkpoint_high_watermarks(background=True))
         self._every(cfg.log_retention_check_interval_ms / 1000.0, self._cleanup_logs)
         self._every(cfg.log_flush_scheduler_interval_ms / 1000.0, lambda: self.log_manager.flush_dirty_logs(now_ms()))
         self._every(cfg.log_flush_offset_checkpoint_interval_ms / 1000.0, self._checkpoint_offsets)
@@ -350,8 +352,8 @@ class KafkaServer:
             self.log_manager.checkpoint_log_start_offsets()
 
     def _checkpoint_offsets(self) -> None:
-        self.log_manager.checkpoint_recovery_points()
-        self.log_manager.checkpoint_log_start_offsets()
+        self.log_manager.checkpoint_recovery_points(background=True)
+        self.log_manager.checkpoint_log_start_offsets(background=True)
 
     # ------------------------------------------------------------ requests answered here
 

@@ -65,6 +65,45 @@ def test_batch_futures_are_concurrent_futures() -> None:
     assert list(cf.as_completed(futs, timeout=1))
 
 
+def test_a_batch_builds_its_condition_only_for_a_waiter() -> None:
+    """Issue 29: a Condition per batch was the producer's largest per-batch cost at one-record
+    batches; callbacks alone never build one, and a waiter after the outcome returns at once."""
+    batch = ProducerBatch("t", 0, now=0.0, deadline=1e9)
+    fut = batch.append(None, b"v", (), 7)
+    seen: list[int] = []
+    fut.add_done_callback(lambda f: seen.append(f.result().offset))
+    batch.result.complete(40, None)
+    fut.add_done_callback(lambda f: seen.append(f.result().offset + 1))  # after the outcome: runs at once
+    assert seen == [40, 41]
+    assert batch.result._cond is None  # no waiter: no Condition
+    assert fut.result(timeout=0) == RecordMetadata("t", 0, 40, 7)
+    batch.result.complete(99, RuntimeError("late"))  # a second outcome is ignored
+    assert fut.result().offset == 40 and seen == [40, 41]
+
+
+def test_callbacks_and_waiters_race_with_completion() -> None:
+    """Every callback runs once and every waiter wakes, whichever of registration, waiting and
+    completion comes first (the completing thread is the producer's own, in the real client)."""
+    batches = [ProducerBatch("t", i, now=0.0, deadline=1e9) for i in range(2000)]
+    futs = [b.append(None, b"v", (), 1) for b in batches]
+    calls = [0] * len(futs)
+
+    def complete_all() -> None:
+        for i, b in enumerate(batches):
+            b.result.complete(i, None)
+
+    finisher = threading.Thread(target=complete_all)
+    finisher.start()
+    for i, f in enumerate(futs):
+        f.add_done_callback(lambda _f, i=i: calls.__setitem__(i, calls[i] + 1))
+        if i % 7 == 0:
+            assert f.result(timeout=5).offset == i
+    finisher.join(5)
+    assert calls == [1] * len(futs)
+    done, not_done = cf.wait(futs, timeout=5)
+    assert len(done) == len(futs) and not not_done
+
+
 def test_a_failed_batch_fails_every_record() -> None:
     batch = ProducerBatch("t", 0, now=0.0, deadline=1e9)
     futs = [batch.append(b"k", b"v", (), 1) for _ in range(2)]
