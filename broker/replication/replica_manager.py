@@ -804,9 +804,17 @@ class ReplicaManager:
                 committed = not follower and req.isolation_level == pb.READ_COMMITTED
                 stable = lg.last_stable_offset() if committed else lg.last_stable_offset_if_known()
                 limit = min(cp.max_bytes or budget, budget)
+                bound = leo if follower else (stable if committed else hw)
                 if limit > 0:
-                    data = lg.read(cp.fetch_offset, limit, leo if follower else (stable if committed else hw),
-                                   min_one_batch=total == 0)
+                    data = lg.read(cp.fetch_offset, limit, bound, min_one_batch=total == 0)
+                if not data and cp.fetch_offset < bound and total > 0:
+                    # Records are there, but the first batch does not fit what is left of this
+                    # answer's bytes: read it on the next fetch. Dropped from the dirty set here, it
+                    # waited for the partition's next append - none, when its producer waits for
+                    # this very batch's acks=all (at thousands of partitions a follower's answer
+                    # fills its max bytes: partitions stalled for replica.lag.time.max.ms, until
+                    # the ISR shrank, issue 29).
+                    leftover.append(tp)
             except errors.KafkaError as e:
                 code = e.wire_code
             except OSError as e:

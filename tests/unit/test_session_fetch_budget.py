@@ -1,0 +1,85 @@
+"""An incremental fetch whose answer fills its max bytes keeps what did not fit for the next one
+(KIP-227 sessions, SPEC S15; issue 29). A partition whose batch did not fit the bytes left was
+dropped from the session's dirty set and waited for its next append; when its producer waited for
+that very batch's acks=all there was none, and at thousands of partitions (a follower's answer
+filling its max bytes) partitions stalled until the ISR shrank. A real replica manager on real
+logs, no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from broker.log.config import LogConfig
+from broker.log.manager import LogManager
+from broker.replication.replica_manager import BrokerSettings, ReplicaManager
+from broker.server.metadata_cache import MetadataCache
+from proto import minikafka_pb2 as pb
+from proto.record_batch import Record, encode_batch
+
+E = pb.ErrorCode
+LEADER = 1
+PARTITIONS = (0, 1)
+BATCH = encode_batch([Record(value=b"v" * 1000, timestamp=1_000)])
+
+
+class FakeZk:
+    def update_partition_state(self, _t: str, _p: int, _state: Any, expected_version: int) -> int:
+        return expected_version + 1
+
+    def create_isr_change_notification(self, _tps: Any) -> None:
+        pass
+
+
+def replica_manager(tmp_path: Path) -> ReplicaManager:
+    """The only replica (ISR of one: an append moves the high watermark at once) of t-0 and t-1."""
+    cfg = LogConfig()
+    lm = LogManager([tmp_path / "logs"], cfg)
+    lm.startup(0)
+    rm = ReplicaManager(BrokerSettings(LEADER, 10_000, cfg), lm, FakeZk(), MetadataCache(),  # type: ignore[arg-type]
+                        lambda _t: cfg)
+    req = pb.LeaderAndIsrRequest(controller_id=LEADER, controller_epoch=1, partition_states=[
+        pb.LeaderAndIsrPartitionState(topic_name="t", partition_index=p, controller_epoch=1, leader=LEADER,
+                                      leader_epoch=0, isr=[LEADER], zk_version=0, replicas=[LEADER, 2])
+        for p in PARTITIONS])
+    assert all(e.error_code == E.NONE for e in rm.handle_leader_and_isr(req).partition_errors)
+    return rm
+
+
+def fetch(sid: int, epoch: int, offsets: dict[int, int], max_bytes: int) -> pb.FetchRequest:
+    req = pb.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=max_bytes, session_id=sid,
+                          session_epoch=epoch)
+    if offsets:
+        req.topics.add(name="t").partitions.extend(
+            pb.FetchPartition(partition=p, fetch_offset=o, partition_max_bytes=1 << 20) for p, o in offsets.items())
+    return req
+
+
+def with_records(resp: pb.FetchResponse) -> list[int]:
+    return [p.partition for t in resp.topics for p in t.partitions if p.records]
+
+
+def test_a_batch_that_does_not_fit_the_bytes_left_is_answered_on_the_next_fetch(tmp_path: Path) -> None:
+    async def main() -> None:
+        rm = replica_manager(tmp_path)
+        opened = await rm.handle_fetch(fetch(0, 0, dict.fromkeys(PARTITIONS, 0), 1 << 20))
+        sid = opened.session_id
+        assert sid > 0
+        for p in PARTITIONS:
+            resp = await rm.handle_produce(pb.ProduceRequest(acks=1, timeout_ms=1000, topics=[pb.ProduceTopicData(
+                name="t", partitions=[pb.ProducePartitionData(partition=p, records=BATCH)])]))
+            assert resp.topics[0].partitions[0].error_code == E.NONE
+        # Room for one batch and a half: the first partition read fits, the second does not.
+        first = await rm.handle_fetch(fetch(sid, 1, {}, len(BATCH) * 3 // 2))
+        assert first.error_code == E.NONE
+        got = with_records(first)
+        assert len(got) == 1
+        other = 1 - got[0]
+        # The next fetch names the answered partition's next offset (no new records there) and
+        # nothing else: the one that did not fit is read now, with no append in between.
+        second = await rm.handle_fetch(fetch(sid, 2, {got[0]: 1}, 1 << 20))
+        assert second.error_code == E.NONE
+        assert with_records(second) == [other]
+
+    asyncio.run(main())
