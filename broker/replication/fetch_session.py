@@ -145,6 +145,10 @@ class FetchSession:
     # parked fetch may answer only with records below the last stable offset, not the high watermark
     # - else an open transaction answers it at once, empty, and the consumer refetches in a loop.
     read_committed: bool = False
+    # Partitions with records the last answer had no room for (its max bytes): read first on the
+    # next one, else a partition late in the dirty set's order could miss every full answer (Kafka
+    # rotates its sessions' partitions for the same reason).
+    unfitted: list[TopicPartition] = field(default_factory=list)
 
     @property
     def privileged(self) -> bool:
@@ -152,9 +156,16 @@ class FetchSession:
         return self.replica_id >= 0
 
     def take_dirty(self) -> list[TopicPartition]:
-        """The partitions to read now; the caller puts back those it could not answer."""
-        out = list(self.dirty)
-        self.dirty.clear()
+        """The partitions to read now, those the last answer had no room for first; the caller puts
+        back those it could not answer."""
+        dirty = self.dirty
+        if self.unfitted:
+            first = [tp for tp in self.unfitted if tp in dirty]
+            taken = set(first)
+            out = first + [tp for tp in dirty if tp not in taken]
+        else:
+            out = list(dirty)
+        dirty.clear()
         self.fresh.clear()
         return out
 

@@ -683,9 +683,11 @@ class ReplicaManager:
                     cp.answered_high_watermark = pr.high_watermark
                     cp.answered_log_start_offset = pr.log_start_offset
         session.take_dirty()
-        # Records answered stay to read until the fetcher names a new offset (see _read_session).
-        session.dirty.update((tr.name, pr.partition) for tr in resp.topics for pr in tr.partitions
-                             if pr.records and (tr.name, pr.partition) in session.partitions)
+        # Every partition is read again on the next fetch: those answered with records until the
+        # fetcher names a new offset (see _read_session), and those this answer had no room for
+        # (its max bytes) - left out, they would wait for their next append, and there may be
+        # none (a producer waiting for these very records' acks=all). One walk, after a full fetch.
+        session.dirty.update(session.partitions)
         return resp
 
     async def _incremental_fetch(self, req: pb.FetchRequest, session: FetchSession, follower: bool,
@@ -716,8 +718,9 @@ class ReplicaManager:
             await self.fetch_purgatory.wait_until([("fetch-session", session.session_id)], ready,
                                                   max_wait_ms / 1000.0)
             candidates = session.take_dirty()
-        resp, nbytes, leftover = self._read_session(req, session, candidates, follower)
+        resp, nbytes, leftover, unfitted = self._read_session(req, session, candidates, follower)
         session.dirty.update(leftover)
+        session.unfitted = unfitted
         if refused:
             self._answer_refused(resp, entries, verdicts)
         self.bytes_out += nbytes
@@ -769,15 +772,17 @@ class ReplicaManager:
         return cp.fetch_offset < bound or not lg.log_start_offset <= cp.fetch_offset <= lg.log_end_offset
 
     def _read_session(self, req: pb.FetchRequest, session: FetchSession, candidates: list[TopicPartition],
-                      follower: bool) -> tuple[pb.FetchResponse, int, list[TopicPartition]]:
+                      follower: bool) -> tuple[pb.FetchResponse, int, list[TopicPartition], list[TopicPartition]]:
         """An incremental answer: the candidates with records, a moved HW or log start, or an error.
-        Returns it, its record bytes, and the candidates to read on the next fetch again: those the byte
-        budget left, and those answered with records (until a fetch names their next offset)."""
+        Returns it, its record bytes, the candidates to read on the next fetch again (those the byte
+        budget left, and those answered with records until a fetch names their next offset), and
+        of those the ones the budget left (read first next time)."""
         resp = pb.FetchResponse(error_code=E.NONE, session_id=session.session_id)
         cap = self.settings.fetch_max_bytes
         budget = min(req.max_bytes, cap) if req.max_bytes > 0 else cap
         total = 0
         leftover: list[TopicPartition] = []
+        unfitted: list[TopicPartition] = []
         by_topic: dict[str, pb.FetchTopicResponse] = {}
         for tp in candidates:
             cp = session.partitions.get(tp)
@@ -785,6 +790,7 @@ class ReplicaManager:
                 continue  # forgotten since it was marked
             if budget <= 0:
                 leftover.append(tp)
+                unfitted.append(tp)
                 continue
             code = E.NONE
             data = b""
@@ -815,6 +821,7 @@ class ReplicaManager:
                     # fills its max bytes: partitions stalled for replica.lag.time.max.ms, until
                     # the ISR shrank, issue 29).
                     leftover.append(tp)
+                    unfitted.append(tp)
             except errors.KafkaError as e:
                 code = e.wire_code
             except OSError as e:
@@ -839,7 +846,7 @@ class ReplicaManager:
                 leftover.append(tp)
             total += len(data)
             budget -= len(data)
-        return resp, total, leftover
+        return resp, total, leftover, unfitted
 
     @staticmethod
     def _answer_refused(resp: pb.FetchResponse, entries: list[tuple[str, int]],

@@ -315,3 +315,16 @@ def test_consumer_sessions_hold_a_bounded_number_of_partitions_together() -> Non
     c.new_context(session_id=d.session_id, epoch=1, replica_id=-1, named=[], forgotten=[("t", 0), ("t", 1)],
                   now_ms=T0)
     assert c.consumer_partitions == 3
+
+
+def test_take_dirty_puts_what_the_last_answer_had_no_room_for_first() -> None:
+    cache = FetchSessionCache(max_slots=10)
+    ctx = cache.new_context(session_id=None, epoch=0, replica_id=2, named=[(("t", p), pf(0)) for p in range(50)],
+                            forgotten=[], now_ms=0)
+    assert ctx.session is not None
+    s = ctx.session
+    s.dirty.update(("t", p) for p in range(50))
+    s.unfitted = [("t", 49), ("t", 7), ("t", 99)]  # t-99 is not dirty: not read
+    out = s.take_dirty()
+    assert out[:2] == [("t", 49), ("t", 7)] and sorted(out) == [("t", p) for p in range(50)]
+    assert not s.dirty and not s.fresh

@@ -83,3 +83,47 @@ def test_a_batch_that_does_not_fit_the_bytes_left_is_answered_on_the_next_fetch(
         assert with_records(second) == [other]
 
     asyncio.run(main())
+
+
+def test_a_batch_the_full_answer_had_no_room_for_is_answered_on_the_next_fetch(tmp_path: Path) -> None:
+    """The same for the full fetch that opens the session (a follower's first fetch after a leader
+    change, with records waiting on many partitions)."""
+    async def main() -> None:
+        rm = replica_manager(tmp_path)
+        for p in PARTITIONS:
+            resp = await rm.handle_produce(pb.ProduceRequest(acks=1, timeout_ms=1000, topics=[pb.ProduceTopicData(
+                name="t", partitions=[pb.ProducePartitionData(partition=p, records=BATCH)])]))
+            assert resp.topics[0].partitions[0].error_code == E.NONE
+        opened = await rm.handle_fetch(fetch(0, 0, dict.fromkeys(PARTITIONS, 0), len(BATCH) * 3 // 2))
+        got = with_records(opened)
+        assert len(got) == 1 and opened.session_id > 0
+        second = await rm.handle_fetch(fetch(opened.session_id, 1, {got[0]: 1}, 1 << 20))
+        assert with_records(second) == [1 - got[0]]
+
+    asyncio.run(main())
+
+
+def test_what_an_answer_had_no_room_for_is_read_first_on_the_next_fetch(tmp_path: Path) -> None:
+    """Fetch after fetch full of records, the partition left out is not left out again: the dirty
+    set's order alone would put the same partition first every time."""
+    async def main() -> None:
+        rm = replica_manager(tmp_path)
+        opened = await rm.handle_fetch(fetch(0, 0, dict.fromkeys(PARTITIONS, 0), 1 << 20))
+        sid, epoch = opened.session_id, 1
+        offsets = dict.fromkeys(PARTITIONS, 0)
+        answered: list[int] = []
+        for _ in range(4):
+            for p in PARTITIONS:  # both partitions get a batch before every fetch
+                resp = await rm.handle_produce(pb.ProduceRequest(acks=1, timeout_ms=1000, topics=[
+                    pb.ProduceTopicData(name="t", partitions=[pb.ProducePartitionData(partition=p, records=BATCH)])]))
+                assert resp.topics[0].partitions[0].error_code == E.NONE
+            # Room for one batch and a half: one partition per answer.
+            resp = await rm.handle_fetch(fetch(sid, epoch, dict(offsets), len(BATCH) * 3 // 2))
+            epoch += 1
+            got = with_records(resp)
+            assert len(got) == 1
+            answered.append(got[0])
+            offsets[got[0]] += 1
+        assert answered in ([0, 1, 0, 1], [1, 0, 1, 0])
+
+    asyncio.run(main())
