@@ -37,9 +37,8 @@ class BatchResult:
     orders its outcome against callback registration, and builds a Condition over that same lock
     only once somebody waits (``result()``, ``concurrent.futures.wait``, which acquires every
     future's condition, the same one for a batch's records: hence reentrant). One lock per batch,
-    not one for all: a lock shared by the caller's thread and the producer's made the caller's
-    thread wait for the GIL behind the producer's at every contended acquire (a convoy: 4-8x
-    slower sends)."""
+    not one for all: the caller's thread and the producer's would contend for a shared one on every
+    record, and a thread that blocks on a lock gives up the GIL."""
 
     __slots__ = ("_cond", "_lock", "base_offset", "callbacks", "done", "error", "partition", "topic", "waited")
 
