@@ -11,7 +11,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from test_session_fetch_min_bytes import FakeZk, replica_manager
+from sole_replica import FakeZk
+from test_session_fetch_min_bytes import replica_manager
 
 
 class BlockingZk(FakeZk):

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from test_session_fetch_min_bytes import FakeZk
+from sole_replica import FakeZk
 
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager

@@ -9,42 +9,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-from broker.log.config import LogConfig
-from broker.log.manager import LogManager
-from broker.replication.replica_manager import BrokerSettings, ReplicaManager
-from broker.server.metadata_cache import MetadataCache
+from sole_replica import sole_replica_manager
+
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Record, encode_batch
 
 E = pb.ErrorCode
-LEADER = 1
 PARTITIONS = (0, 1)
 BATCH = encode_batch([Record(value=b"v" * 1000, timestamp=1_000)])
-
-
-class FakeZk:
-    def update_partition_state(self, _t: str, _p: int, _state: Any, expected_version: int) -> int:
-        return expected_version + 1
-
-    def create_isr_change_notification(self, _tps: Any) -> None:
-        pass
-
-
-def replica_manager(tmp_path: Path) -> ReplicaManager:
-    """The only replica (ISR of one: an append moves the high watermark at once) of t-0 and t-1."""
-    cfg = LogConfig()
-    lm = LogManager([tmp_path / "logs"], cfg)
-    lm.startup(0)
-    rm = ReplicaManager(BrokerSettings(LEADER, 10_000, cfg), lm, FakeZk(), MetadataCache(),  # type: ignore[arg-type]
-                        lambda _t: cfg)
-    req = pb.LeaderAndIsrRequest(controller_id=LEADER, controller_epoch=1, partition_states=[
-        pb.LeaderAndIsrPartitionState(topic_name="t", partition_index=p, controller_epoch=1, leader=LEADER,
-                                      leader_epoch=0, isr=[LEADER], zk_version=0, replicas=[LEADER, 2])
-        for p in PARTITIONS])
-    assert all(e.error_code == E.NONE for e in rm.handle_leader_and_isr(req).partition_errors)
-    return rm
 
 
 def fetch(sid: int, epoch: int, offsets: dict[int, int], max_bytes: int) -> pb.FetchRequest:
@@ -62,7 +35,7 @@ def with_records(resp: pb.FetchResponse) -> list[int]:
 
 def test_a_batch_that_does_not_fit_the_bytes_left_is_answered_on_the_next_fetch(tmp_path: Path) -> None:
     async def main() -> None:
-        rm = replica_manager(tmp_path)
+        rm = sole_replica_manager(tmp_path, PARTITIONS)
         opened = await rm.handle_fetch(fetch(0, 0, dict.fromkeys(PARTITIONS, 0), 1 << 20))
         sid = opened.session_id
         assert sid > 0
@@ -89,7 +62,7 @@ def test_a_batch_the_full_answer_had_no_room_for_is_answered_on_the_next_fetch(t
     """The same for the full fetch that opens the session (a follower's first fetch after a leader
     change, with records waiting on many partitions)."""
     async def main() -> None:
-        rm = replica_manager(tmp_path)
+        rm = sole_replica_manager(tmp_path, PARTITIONS)
         for p in PARTITIONS:
             resp = await rm.handle_produce(pb.ProduceRequest(acks=1, timeout_ms=1000, topics=[pb.ProduceTopicData(
                 name="t", partitions=[pb.ProducePartitionData(partition=p, records=BATCH)])]))
@@ -107,7 +80,7 @@ def test_what_an_answer_had_no_room_for_is_read_first_on_the_next_fetch(tmp_path
     """Fetch after fetch full of records, the partition left out is not left out again: the dirty
     set's order alone would put the same partition first every time."""
     async def main() -> None:
-        rm = replica_manager(tmp_path)
+        rm = sole_replica_manager(tmp_path, PARTITIONS)
         opened = await rm.handle_fetch(fetch(0, 0, dict.fromkeys(PARTITIONS, 0), 1 << 20))
         sid, epoch = opened.session_id, 1
         offsets = dict.fromkeys(PARTITIONS, 0)

@@ -9,15 +9,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from broker.log.config import LogConfig
-from broker.log.manager import LogManager
-from broker.replication.replica_manager import BrokerSettings, ReplicaManager
-from broker.server.metadata_cache import MetadataCache
+from sole_replica import leader_and_isr, sole_replica_manager
+
+from broker.replication.replica_manager import ReplicaManager
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Record, encode_batch
 
 E = pb.ErrorCode
-LEADER = 1
 PARTITIONS = (0, 1, 2)
 
 
@@ -25,30 +23,9 @@ def batch(value: str) -> bytes:
     return encode_batch([Record(value=value.encode() * 50, timestamp=1_000)])
 
 
-class FakeZk:
-    def update_partition_state(self, _t: str, _p: int, _state: Any, expected_version: int) -> int:
-        return expected_version + 1
-
-    def create_isr_change_notification(self, _tps: Any) -> None:
-        pass
-
-
-def leader_and_isr(leader: int, epoch: int) -> pb.LeaderAndIsrRequest:
-    return pb.LeaderAndIsrRequest(controller_id=LEADER, controller_epoch=1, partition_states=[
-        pb.LeaderAndIsrPartitionState(topic_name="t", partition_index=p, controller_epoch=1, leader=leader,
-                                      leader_epoch=epoch, isr=[LEADER], zk_version=epoch, replicas=[LEADER, 2])
-        for p in PARTITIONS])
-
-
 def replica_manager(tmp_path: Path) -> ReplicaManager:
-    """The only replica (ISR of one: an append moves the high watermark at once) of t-0..t-2."""
-    cfg = LogConfig()
-    lm = LogManager([tmp_path / "logs"], cfg)
-    lm.startup(0)
-    rm = ReplicaManager(BrokerSettings(LEADER, 10_000, cfg), lm, FakeZk(), MetadataCache(),  # type: ignore[arg-type]
-                        lambda _t: cfg)
-    assert all(e.error_code == E.NONE for e in rm.handle_leader_and_isr(leader_and_isr(LEADER, 0)).partition_errors)
-    return rm
+    """The only replica of t-0..t-2."""
+    return sole_replica_manager(tmp_path, PARTITIONS)
 
 
 async def produce(rm: ReplicaManager, partition: int, records: bytes) -> None:
@@ -136,7 +113,7 @@ def test_an_error_answers_a_session_fetch_held_by_min_bytes(tmp_path: Path) -> N
         await produce(rm, 0, batch("a"))
         assert await still_parked(task)
         # Leadership moves to another broker: the fetch answers now, with the error.
-        rm.handle_leader_and_isr(leader_and_isr(2, 1))
+        rm.handle_leader_and_isr(leader_and_isr(PARTITIONS, leader=2, epoch=1))
         resp = await asyncio.wait_for(task, 5)
         assert {p: code for p, (code, _n) in answered(resp).items()} == dict.fromkeys(PARTITIONS,
                                                                                  E.NOT_LEADER_OR_FOLLOWER)

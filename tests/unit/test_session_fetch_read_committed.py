@@ -11,42 +11,20 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from broker.log.config import LogConfig
-from broker.log.manager import LogManager
+from sole_replica import sole_replica_manager
+
 from broker.replication.fetch_session import FetchSessionCache, PartitionFetch
-from broker.replication.replica_manager import BrokerSettings, ReplicaManager
-from broker.server.metadata_cache import MetadataCache
+from broker.replication.replica_manager import ReplicaManager
 from proto import minikafka_pb2 as pb
 from proto.record_batch import Record, decode_batch, encode_batch, iter_headers
 
 E = pb.ErrorCode
-LEADER = 1
 PID, PEPOCH = 4242, 0
 
 
-class FakeZk:
-    def update_partition_state(self, _t: str, _p: int, _state: Any, expected_version: int) -> int:
-        return expected_version + 1
-
-    def create_isr_change_notification(self, _tps: Any) -> None:
-        pass
-
-    def get_latest_producer_id_block(self) -> tuple[int, int]:
-        return 0, 9_999  # PID was allocated by this cluster
-
-
 def replica_manager(tmp_path: Path) -> ReplicaManager:
-    """The only replica of t-0 (an ISR of one: an append moves the high watermark at once)."""
-    cfg = LogConfig()
-    lm = LogManager([tmp_path / "logs"], cfg)
-    lm.startup(0)
-    rm = ReplicaManager(BrokerSettings(LEADER, 10_000, cfg), lm, FakeZk(), MetadataCache(),  # type: ignore[arg-type]
-                        lambda _t: cfg)
-    req = pb.LeaderAndIsrRequest(controller_id=LEADER, controller_epoch=1, partition_states=[
-        pb.LeaderAndIsrPartitionState(topic_name="t", partition_index=0, controller_epoch=1, leader=LEADER,
-                                      leader_epoch=0, isr=[LEADER], zk_version=0, replicas=[LEADER, 2])])
-    assert all(e.error_code == E.NONE for e in rm.handle_leader_and_isr(req).partition_errors)
-    return rm
+    """The only replica of t-0."""
+    return sole_replica_manager(tmp_path, [0])
 
 
 def txn_batch(values: list[str], seq: int) -> bytes:
