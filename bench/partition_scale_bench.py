@@ -56,7 +56,7 @@ With ``--client minikafka`` the produce phases use this project's Producer, whic
 per leader naming every partition with a ready batch (as Kafka's Java client); librdkafka sends one
 request per partition (its issue #1700), so at thousands of partitions its spread figure is the
 cost of a one-record request. ``--profile-dir DIR`` records each broker with py-spy during the
-spread phases (collapsed stacks, one file per broker and phase).
+hot and spread phases (collapsed stacks, one file per broker and phase).
 
     python bench/partition_scale_bench.py [--partitions 3000] [--records 200000] [--phase-seconds 120]
                                           [--topic-partitions 100] [--create-batch 1] [--idle-seconds 10]
@@ -522,7 +522,8 @@ def measure_level(level: dict[str, Any], kbs: str, pids: dict[int, int], zk_pid:
     time.sleep(args.settle_seconds)
     level["idle"] = idle_phase(pids, zk_pid, args.idle_seconds)
     level["memory_after_create"] = memory_and_files(pids)
-    level["hot"] = produce_phase(kbs, hot, args, pids, args.hot_records)
+    level["hot"] = produce_phase(kbs, hot, args, pids, args.hot_records,
+                                 profile_label=f"hot-{len(spread)}")  # hot with len(spread) others
     time.sleep(args.settle_seconds)
     level["spread"] = produce_phase(kbs, spread, args, pids, args.records,
                                     profile_label=f"spread-{len(spread)}")
@@ -726,7 +727,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="librdkafka sends one Produce request per partition (its issue #1700); minikafka's "
                          "Producer one per leader naming every ready partition, as Kafka's Java client")
     ap.add_argument("--profile-dir", default=None,
-                    help="py-spy record each broker while the N partitions are created and during the spread phases, "
+                    help="py-spy record each broker while the N partitions are created and during the hot and spread phases, "
                          "and the surviving brokers during the controller SIGKILL (collapsed stacks, thread "
                          "names first, here)")
     ap.add_argument("--keep-dir", action="store_true",

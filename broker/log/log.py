@@ -672,7 +672,7 @@ class Log:
             self._segments.pop()
             self._bases.pop()
             seg = self._add_segment(first, now_ms)
-        seg.append(first, next_offset, pieces, nbytes, max_ts, offset_of_max_ts, now_ms)
+        seg.append(first, next_offset, pieces, nbytes, max_ts, offset_of_max_ts, now_ms, info.batches[0].size)
         self.log_end_offset = next_offset
         self._unflushed_records += info.record_count
         if self._unflushed_records >= self.config.flush_messages:

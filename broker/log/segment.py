@@ -47,11 +47,15 @@ from proto.record_batch import (
 )
 
 _SCAN_CHUNK: Final = 16 * 1024
-# Positions of the last appends, by base offset: a follower or consumer fetches at its log end,
-# which is the base offset of a recent append. Found here it costs one header pread instead of a
-# scan of every batch since the last index entry (dozens when batches are small: thousands of
-# partitions each getting a record at a time).
+# Positions and first batch sizes of the last appends, by base offset: a follower or consumer
+# fetches at its log end, which is the base offset of a recent append. Found here it costs no read
+# at all, where a scan reads every batch since the last index entry (dozens when batches are small:
+# thousands of partitions each getting a record at a time).
 RECENT_BATCHES: Final = 64
+# The bytes of the last append, kept when it is at most this long: the followers' next fetches read
+# exactly them (at thousands of partitions, one small batch each), and get them without a pread
+# each. Bounded per segment, and only the active segment of a log keeps them (issue 29).
+TAIL_BYTES: Final = 2048
 _RECOVER_CHUNK: Final = 4 * 1024 * 1024
 
 # Offsets in a segment's indexes are relative to its base offset and stored as int32.
@@ -126,7 +130,11 @@ class LogSegment:
         self.recovery_defect: str | None = None
         self.recovered_next_offset = base_offset
         self._created_ms = now_ms
-        self._recent: dict[int, int] = {}  # base offset -> position of the last appends (RECENT_BATCHES)
+        # base offset -> (position, size of the first batch) of the last appends (RECENT_BATCHES)
+        self._recent: dict[int, tuple[int, int]] = {}
+        # The last append's position and bytes, if it was at most TAIL_BYTES (what the file holds
+        # there until a truncation, which drops them); one attribute, replaced whole.
+        self._tail: tuple[int, bytes] | None = None
         self.txn_index = TransactionIndex(directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
         # The txn index may lack entries (recovered, or unreadable): the log rebuilds it.
         self.txn_index_stale = False
@@ -268,8 +276,9 @@ class LogSegment:
                 or next_offset - 1 - self.base_offset > MAX_RELATIVE_OFFSET)
 
     def append(self, first_offset: int, next_offset: int, pieces: Sequence[bytes | memoryview], nbytes: int,
-               max_timestamp: int, offset_of_max_timestamp: int, now_ms: int) -> None:
-        """Write already-validated, already-stamped batches at the end of the segment."""
+               max_timestamp: int, offset_of_max_timestamp: int, now_ms: int, first_batch_size: int) -> None:
+        """Write already-validated, already-stamped batches at the end of the segment (the first
+        of them ``first_batch_size`` bytes long)."""
         if self.size == 0 and self.rolling_base_ms is None:
             self.rolling_base_ms = now_ms
         if max_timestamp > self.max_timestamp:
@@ -278,9 +287,17 @@ class LogSegment:
             self.index.append(first_offset, self.size)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index_entry = 0
-        _write_all(self._fd, pieces, nbytes)
+        if nbytes <= TAIL_BYTES:
+            tail = pieces[0] if len(pieces) == 1 and type(pieces[0]) is bytes else b"".join(pieces)
+            if len(tail) != nbytes:
+                raise KafkaStorageError(f"pieces do not add up to the {nbytes} bytes to write")
+            _write_all(self._fd, (tail,), nbytes)
+            self._tail = (self.size, tail)
+        else:
+            _write_all(self._fd, pieces, nbytes)
+            self._tail = None
         recent = self._recent
-        recent[first_offset] = self.size
+        recent[first_offset] = (self.size, first_batch_size)
         if len(recent) > RECENT_BATCHES:
             del recent[next(iter(recent))]
         self._bytes_since_index_entry += nbytes
@@ -291,13 +308,9 @@ class LogSegment:
 
     def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, int, int] | None:
         """(position, base_offset, size) of the first batch whose last offset >= ``offset``."""
-        pos = self._recent.get(offset, -1)
-        if pos >= start_position:
-            head = os.pread(self._fd, SPAN_BYTES, pos)
-            if len(head) == SPAN_BYTES:
-                base, batch_size, _last_delta = batch_span(head, 0)
-                if base == offset and batch_size >= HEADER_SIZE:
-                    return pos, base, batch_size
+        recent = self._recent.get(offset)
+        if recent is not None and recent[0] >= start_position:
+            return recent[0], offset, recent[1]
         _, pos = self.index.lookup(offset)
         pos = max(pos, start_position)
         size = self.size
@@ -329,6 +342,9 @@ class LogSegment:
         if max_position - start_pos < first_size or (max_bytes < first_size and not min_one_batch):
             return b""
         end = self._end_of_whole_batches(start_pos, min(start_pos + max(max_bytes, first_size), max_position))
+        tail = self._tail
+        if tail is not None and tail[0] == start_pos and end == start_pos + len(tail[1]):
+            return tail[1]  # the last append, as written
         # Exactly whole batches in one pread: the bytes go to the wire without another copy.
         return os.pread(self._fd, end - start_pos, start_pos)
 
@@ -408,6 +424,7 @@ class LogSegment:
         os.ftruncate(self._fd, pos)
         self.size = pos
         self._recent.clear()
+        self._tail = None
         self.max_timestamp = -1
         self.rolling_base_ms = None if pos == 0 else self.rolling_base_ms
         self._rescan_tail()
@@ -418,6 +435,7 @@ class LogSegment:
         """The last time index entry, and the flush (``flush_data=False``: the indexes only; the
         caller fsyncs the data through ``dup_fd``)."""
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self._tail = None  # only the active segment's last append is read again and again
         if flush_data:
             self.flush()
         else:

@@ -582,6 +582,74 @@ def test_reads_at_recent_batch_offsets_match_a_scan_and_survive_truncation(tmp_p
     assert log.read(end - 3, 1 << 20)[:8] == log.read(end - 4, 1 << 20)[:8]  # the batch holding end-3
 
 
+def _count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    from broker.log import segment as seg_mod
+
+    calls: list[int] = []
+    real = os.pread
+
+    def counting(fd: int, n: int, pos: int) -> bytes:
+        calls.append(pos)
+        return real(fd, n, pos)
+
+    monkeypatch.setattr(seg_mod.os, "pread", counting)
+    return calls
+
+
+def _file_bytes(log: Log) -> bytes:
+    return b"".join(seg.log_path.read_bytes() for seg in log.segments)
+
+
+def test_the_last_small_append_is_read_back_without_a_read_of_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """S15 (issue 29): at thousands of partitions every follower fetch reads the one small batch
+    just appended; the segment keeps those bytes (TAIL_BYTES at most) and a recent append's first
+    batch size, so the read costs no pread. The bytes are the file's, on the leader and on a
+    follower; an older recent offset costs one pread (the data), no header read."""
+    leader = open_log(tmp_path / "leader")
+    follower = open_log(tmp_path / "follower")
+    preads = _count_preads(monkeypatch)
+    for i in range(4):
+        start = leader.log_end_offset
+        leader.append_as_leader(batch([f"v{i}"] * (i + 1)), 0, 0)
+        preads.clear()
+        newest = leader.read(start, 1 << 20)
+        assert preads == []
+        assert newest == _file_bytes(leader)[-len(newest):] and values(newest) == [f"v{i}"] * (i + 1)
+        follower.append_as_follower(newest, now_ms=0)
+        preads.clear()
+        assert follower.read(start, 1 << 20) == newest and preads == []
+    preads.clear()
+    older = leader.read(1, 1 << 20)  # the second append's base offset: a recent one, not the last
+    assert len(preads) == 1
+    assert older == _file_bytes(leader)[-len(older):] and values(older) == ["v1"] * 2 + ["v2"] * 3 + ["v3"] * 4
+
+
+def test_a_large_append_is_not_kept_and_a_truncation_or_roll_drops_the_kept_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the segment keeps is bounded (TAIL_BYTES, the active segment only) and never outlives
+    the bytes in the file: after a truncation the offsets are written again with other records."""
+    from broker.log import segment as seg_mod
+
+    log = open_log(tmp_path)
+    preads = _count_preads(monkeypatch)
+    big = "x" * (seg_mod.TAIL_BYTES + 1)
+    log.append_as_leader(batch([big]), 0, 0)
+    preads.clear()
+    assert values(log.read(0, 1 << 20)) == [big] and preads  # read from the file
+    assert log.segments[-1]._tail is None
+    log.append_as_leader(batch(["a"]), 0, 0)
+    log.append_as_leader(batch(["b"]), 0, 0)
+    assert log.truncate_to(2)
+    assert log.segments[-1]._tail is None
+    assert values(log.read(1, 1 << 20)) == ["a"]
+    log.append_as_leader(batch(["c"]), 0, 0)  # offset 2 again, other bytes at the same position
+    assert values(log.read(2, 1 << 20)) == ["c"] and values(log.read(1, 1 << 20)) == ["a", "c"]
+    old = log.segments[-1]
+    log.roll(0)
+    assert old._tail is None and values(log.read(2, 1 << 20)) == ["c"]
+
+
 def test_flushing_a_log_with_nothing_unflushed_makes_no_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A clean shutdown flushes every log: with 10,000 idle ones, an fsync each held the broker's
     exit for seconds (issue 29)."""
