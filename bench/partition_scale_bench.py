@@ -290,7 +290,7 @@ def py_spy(pids: dict[int, int], out_dir: str | None, label: str) -> Iterator[No
     import subprocess
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    procs = [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--threads",
+    procs = [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--threads", "--gil",
                                "--output", str(Path(out_dir) / f"{label}-broker-{b}.txt"), "--nonblocking"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for b, pid in sorted(pids.items())]

@@ -379,6 +379,7 @@ class ReplicaManager:
             pending: list[tuple[Partition, pb.ProducePartitionResponse, int, int]] = []
             records = iter(payloads)
             index = -1
+            now = now_ms()  # one clock read per request, as Kafka's appendRecords
             for td in req.topics:
                 tr = resp.topics.add(name=td.name)
                 for pd in td.partitions:
@@ -398,8 +399,18 @@ class ReplicaManager:
                         code, pr.error_message = refused[index]
                         pr.error_code = errors.wire_code(code)
                         continue
-                    item = await self._produce_partition(td.name, pd.partition, data, acks, pr,
-                                                         guards.get(index) if guards else None)
+                    guard = guards.get(index) if guards else None
+                    try:
+                        # Synchronous: at thousands of partitions a request names hundreds, and a
+                        # coroutine each cost more than the rest of a one-record batch's bookkeeping.
+                        item = self._append_partition(td.name, pd.partition, data, acks, pr, guard, now, False)
+                    except errors.UnknownProducerIdError as e:
+                        if await self._refresh_producer_id_bound():  # nothing was written: try again
+                            item = self._append_partition(td.name, pd.partition, data, acks, pr, guard, now_ms(),
+                                                          True)
+                        else:
+                            pr.error_code, pr.error_message = e.wire_code, e.message
+                            item = None
                     if item is not None:
                         pending.append(item)
         except BaseException:
@@ -482,33 +493,33 @@ class ReplicaManager:
                 refused[i] = (code, why)
         return refused, guards
 
-    async def _produce_partition(self, topic: str, partition: int, records: bytes, acks: int,
-                                 pr: pb.ProducePartitionResponse, guard: VerificationGuard | None = None) \
-            -> tuple[Partition, pb.ProducePartitionResponse, int, int] | None:
-        """Append one partition's batches; fills ``pr``; returns what an acks=all wait needs."""
-        for attempt in range(2):
-            try:
-                p = self._leader_partition(topic, partition)
-                result = p.append_as_leader(records, acks, now_ms(), self.settings.replica_lag_time_max_ms,
-                                            max_producer_id=self.max_allocated_producer_id,
-                                            verify_txn=self._verifying_txn, verification_guard=guard)
-            except errors.UnknownProducerIdError as e:
-                if attempt == 0 and await self._refresh_producer_id_bound():
-                    continue  # nothing was written: try again against the fresh bound
-                pr.error_code, pr.error_message = e.wire_code, e.message
-                return None
-            except errors.KafkaError as e:
-                pr.error_code, pr.error_message = e.wire_code, e.message
-                return None
-            except OSError as e:
-                log.error("%s-%d: append failed: %s", topic, partition, e)
-                pr.error_code, pr.error_message = E.KAFKA_STORAGE_ERROR, f"append failed: {e.strerror}"
-                return None
-            except Exception as e:  # a bug: answer this partition truthfully, keep the others' answers
-                log.exception("%s-%d: append failed unexpectedly", topic, partition)
-                pr.error_code, pr.error_message = E.UNKNOWN_SERVER_ERROR, f"append failed: {e!r}"
-                return None
-            break
+    def _append_partition(self, topic: str, partition: int, records: bytes, acks: int,
+                          pr: pb.ProducePartitionResponse, guard: VerificationGuard | None, now: int,
+                          refreshed: bool) -> tuple[Partition, pb.ProducePartitionResponse, int, int] | None:
+        """Append one partition's batches; fills ``pr``; returns what an acks=all wait needs. An
+        unknown producer id propagates unless the caller ``refreshed`` the allocated bound already
+        (nothing was written: it re-reads the bound and tries once more)."""
+        try:
+            p = self._leader_partition(topic, partition)
+            result = p.append_as_leader(records, acks, now, self.settings.replica_lag_time_max_ms,
+                                        max_producer_id=self.max_allocated_producer_id,
+                                        verify_txn=self._verifying_txn, verification_guard=guard)
+        except errors.UnknownProducerIdError as e:
+            if not refreshed:
+                raise
+            pr.error_code, pr.error_message = e.wire_code, e.message
+            return None
+        except errors.KafkaError as e:
+            pr.error_code, pr.error_message = e.wire_code, e.message
+            return None
+        except OSError as e:
+            log.error("%s-%d: append failed: %s", topic, partition, e)
+            pr.error_code, pr.error_message = E.KAFKA_STORAGE_ERROR, f"append failed: {e.strerror}"
+            return None
+        except Exception as e:  # a bug: answer this partition truthfully, keep the others' answers
+            log.exception("%s-%d: append failed unexpectedly", topic, partition)
+            pr.error_code, pr.error_message = E.UNKNOWN_SERVER_ERROR, f"append failed: {e!r}"
+            return None
         info = result.info
         pr.base_offset = info.first_offset
         pr.log_append_time_ms = info.log_append_time_ms
