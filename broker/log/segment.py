@@ -130,8 +130,10 @@ class LogSegment:
         self.recovery_defect: str | None = None
         self.recovered_next_offset = base_offset
         self._created_ms = now_ms
-        # base offset -> (position, size of the first batch) of the last appends (RECENT_BATCHES)
-        self._recent: dict[int, tuple[int, int]] = {}
+        # base offset -> position << 32 | size of the first batch, of the last appends (RECENT_BATCHES).
+        # One int, not a tuple: ints are not tracked by the garbage collector, and at 10,000
+        # partitions 64 tuples each made every collection walk 640,000 more objects.
+        self._recent: dict[int, int] = {}
         # The last append's position and bytes, if it was at most TAIL_BYTES (what the file holds
         # there until a truncation, which drops them); one attribute, replaced whole.
         self._tail: tuple[int, bytes] | None = None
@@ -297,7 +299,7 @@ class LogSegment:
             _write_all(self._fd, pieces, nbytes)
             self._tail = None
         recent = self._recent
-        recent[first_offset] = (self.size, first_batch_size)
+        recent[first_offset] = self.size << 32 | first_batch_size  # both < 2**31 (segment.bytes, max.message.bytes)
         if len(recent) > RECENT_BATCHES:
             del recent[next(iter(recent))]
         self._bytes_since_index_entry += nbytes
@@ -308,9 +310,9 @@ class LogSegment:
 
     def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, int, int] | None:
         """(position, base_offset, size) of the first batch whose last offset >= ``offset``."""
-        recent = self._recent.get(offset)
-        if recent is not None and recent[0] >= start_position:
-            return recent[0], offset, recent[1]
+        recent = self._recent.get(offset, -1)
+        if recent >= 0 and recent >> 32 >= start_position:
+            return recent >> 32, offset, recent & 0xFFFFFFFF
         _, pos = self.index.lookup(offset)
         pos = max(pos, start_position)
         size = self.size
