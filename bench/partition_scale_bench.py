@@ -56,7 +56,8 @@ With ``--client minikafka`` the produce phases use this project's Producer, whic
 per leader naming every partition with a ready batch (as Kafka's Java client); librdkafka sends one
 request per partition (its issue #1700), so at thousands of partitions its spread figure is the
 cost of a one-record request. ``--profile-dir DIR`` records each broker with py-spy during the
-hot and spread phases (collapsed stacks, one file per broker and phase).
+hot and spread phases (collapsed stacks, one file per broker and phase; ``--gil``: only the thread
+holding the GIL, so the samples are Python's CPU, not time inside system calls).
 
     python bench/partition_scale_bench.py [--partitions 3000] [--records 200000] [--phase-seconds 120]
                                           [--topic-partitions 100] [--create-batch 1] [--idle-seconds 10]
