@@ -235,6 +235,11 @@ class RecordAccumulator:
         self.config = config
         self._batch_size = config.batch_size  # read per record
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
+        # The queues holding at least one batch: what a drain walks. Every partition ever written
+        # keeps its queue (its sequence numbers), and at thousands of partitions a walk over them
+        # all on every drain (one per linger) cost more than the batches it found, under the lock
+        # the caller's send() waits for (issue 29).
+        self._pending: dict[tuple[str, int], PartitionQueue] = {}
         self.buffered = 0  # estimated bytes of records not yet completed (for buffer_memory)
         self.unfinished = 0  # batches appended to and not yet completed
         self.producer_id = -1
@@ -256,6 +261,7 @@ class RecordAccumulator:
     def _new_batch(self, pq: PartitionQueue, topic: str, partition: int, now_ms: float) -> ProducerBatch:
         batch = ProducerBatch(topic, partition, now_ms, now_ms + self.config.delivery_timeout_ms)
         pq.batches.append(batch)
+        self._pending[(topic, partition)] = pq
         self.unfinished += 1
         return batch
 
@@ -375,13 +381,18 @@ class RecordAccumulator:
         expired: list[ProducerBatch] = []
         unknown: set[str] = set()
         held: set[tuple[str, int]] = set()
-        for (topic, partition), pq in self._queues.items():
+        pending = self._pending
+        for tp, pq in list(pending.items()):  # bounded: the queues with a batch, not every partition
             if not pq.batches:
+                del pending[tp]
                 continue
+            topic, partition = tp
             batch = pq.batches[0]
             if batch.payload is None and pq.in_flight == 0:
                 if batch.deadline < now_ms:
                     expired.append(pq.batches.popleft())
+                    if not pq.batches:
+                        del pending[tp]
                     continue
                 next_ms = min(next_ms, batch.deadline)
             limit = 1 if (pq.retrying or not cfg.idempotent) else cfg.max_in_flight
@@ -407,6 +418,8 @@ class RecordAccumulator:
                 next_ms = min(next_ms, now_ms + backoff)
                 continue
             pq.batches.popleft()
+            if not pq.batches:
+                del pending[tp]
             if batch.sequence < 0 and cfg.idempotent:
                 batch.producer_id, batch.producer_epoch = self.producer_id, self.producer_epoch
                 batch.sequence = pq.next_sequence
@@ -459,12 +472,14 @@ class RecordAccumulator:
         retried = sorted((b for b in items if b.attempts > 0), key=lambda b: (b.sequence, b.created))
         fresh = [b for b in items if b.attempts == 0]
         pq.batches = deque(retried + fresh)
+        self._pending[(batch.topic, batch.partition)] = pq
 
     def abort_undrained(self) -> list[ProducerBatch]:
         """Take every batch not out for sending (a fatal error fails them); complete() each."""
-        doomed = [b for pq in self._queues.values() for b in pq.batches]
-        for pq in self._queues.values():
+        doomed = [b for pq in self._pending.values() for b in pq.batches]
+        for pq in self._pending.values():
             pq.batches.clear()
+        self._pending.clear()
         return doomed
 
     # ------------------------------------------------------------ producer id, flush

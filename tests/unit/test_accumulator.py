@@ -190,3 +190,39 @@ def test_pipelining_drains_again_at_once_when_more_is_ready() -> None:
     d = acc.drain(1.0, leader_one)
     assert len(sent(d)) == 1 and d.next_ready_ms == 1000.0  # the last one lingers
     assert [b.sequence for b in sent(d)] == [6]
+
+
+class _NoWalk(dict):  # type: ignore[type-arg]
+    """A queue map whose walk fails: lookups by partition only."""
+
+    def _walk(self, *_a: object) -> object:
+        raise AssertionError("a drain walked every partition's queue")
+
+    items = values = keys = __iter__ = _walk  # type: ignore[assignment]
+
+
+def test_a_drain_walks_only_the_partitions_with_batches() -> None:
+    """Every partition ever written keeps its queue (its sequence numbers). At thousands of
+    partitions a drain (one per linger, under the lock send() takes) walked them all, though only
+    the few with a batch could send (issue 29): drains, expiry, retries and abort use the queues
+    holding batches."""
+    acc = acc_with(linger_ms=0.0, delivery_timeout_ms=1000.0)
+    for p in range(10_000):
+        add(acc, now=0.0, partition=p)
+    first = sent(acc.drain(0.0, leader_one))
+    assert len(first) == 10_000
+    for b in first:
+        acc.complete(b)
+    acc._queues = _NoWalk(acc._queues)
+    assert not acc.drain(1.0, leader_one).ready
+    add(acc, now=2.0, partition=17)
+    [b] = sent(acc.drain(2.0, leader_one))
+    assert (b.partition, b.sequence) == (17, 1)
+    acc.reenqueue(b, now_ms=3.0)
+    assert not acc.drain(4.0, leader_one).ready  # backing off
+    assert sent(acc.drain(103.0, leader_one)) == [b] and b.attempts == 2
+    add(acc, now=200.0, partition=18)
+    assert acc.drain(1201.0, no_leader).expired[0].partition == 18
+    add(acc, now=300.0, partition=19)
+    assert [x.partition for x in acc.abort_undrained()] == [19]
+    assert not acc.drain(1300.0, leader_one).ready
