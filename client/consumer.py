@@ -519,6 +519,7 @@ class Consumer:
             except (errors.KafkaError, grpc.RpcError) as e:
                 log.debug("cannot reset positions yet: %s", e)
                 return
+        self._drop_idle_sessions()
         for tp in need:
             if tp in busy:
                 continue
@@ -567,6 +568,21 @@ class Consumer:
             fut = conn.api.Fetch.future(req, timeout=self.fetch_max_wait_ms / 1000.0 + self.request_timeout_s)
             fut.add_done_callback(lambda _f: self._fetch_done.set())
             self._inflight[leader] = (fut, sent, data)
+
+    def _drop_idle_sessions(self) -> None:
+        """Forget the session with a broker that leads none of the assigned partitions any more (it
+        died, or its partitions moved) and has no fetch of ours in flight: were it to lead one again,
+        a full fetch opens a new session (the broker evicts the old one). Kept, a dead broker's
+        session counted as held and its handler lived as long as the consumer."""
+        if not self._sessions:
+            return
+        leaders = set()
+        for tp in self._assignment:
+            pl = self.view.partitions.get((tp.topic, tp.partition))
+            if pl is not None:
+                leaders.add(pl.leader)
+        for leader in [b for b in self._sessions if b not in leaders and b not in self._inflight]:
+            del self._sessions[leader]
 
     def _collect(self, timeout_s: float) -> None:
         """Wait (up to ``timeout_s``) for any in-flight fetch and take every finished one."""
