@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sole_replica import FakeZk
 
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
@@ -20,14 +21,6 @@ from proto import minikafka_pb2 as pb
 
 E = pb.ErrorCode
 BROKER = 1
-
-
-class FakeZk:
-    def update_partition_state(self, _t: str, _p: int, _state: Any, expected_version: int) -> int:
-        return expected_version + 1
-
-    def create_isr_change_notification(self, _tps: Any) -> None:
-        pass
 
 
 def request(topic: str, n: int, replicas: tuple[int, ...] = (BROKER, 2), controller_epoch: int = 1) \

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sole_replica import FakeZk
 
 from broker.coordinator.transaction.txn_apis import TxnApis
 from broker.coordinator.transaction.txn_verifier import (
@@ -167,17 +168,6 @@ def test_a_request_carries_at_most_max_partitions() -> None:
 
 
 # ------------------------------------------------------------------ the produce path
-
-
-class FakeZk:
-    def update_partition_state(self, _t: str, _p: int, _state: Any, expected_version: int) -> int:
-        return expected_version + 1
-
-    def create_isr_change_notification(self, _tps: Any) -> None:
-        pass
-
-    def get_latest_producer_id_block(self) -> tuple[int, int]:
-        return 0, 9_999
 
 
 def replica_manager(tmp_path: Path, partitions: int = 2) -> ReplicaManager:
