@@ -32,6 +32,8 @@ from pathlib import Path
 from secrets import token_urlsafe as secrets_token
 from typing import Any
 
+import grpc
+
 from client.ops import certs
 from client.ops.certs import CA_CERT
 from proto.properties import parse_properties
@@ -730,6 +732,7 @@ class LocalCluster:
             self.state.save()
             self.wait_registered(set(self.state.brokers), timeout_s)
             self.wait_for_controller(timeout_s)
+            self.wait_metadata_ready(timeout_s)
         except BaseException:
             # Stop whatever this call started, so that a corrected `cluster up` starts cleanly
             # instead of refusing with "already running" (a half-started cluster is no use).
@@ -1025,6 +1028,38 @@ class LocalCluster:
             time.sleep(0.1)
         raise ClusterError(f"brokers {sorted(ids)} did not all register within {timeout_s:.0f}s "
                            f"(registered: {view.get('registered')})")
+
+    def wait_metadata_ready(self, timeout_s: float = 60.0) -> None:
+        """Until every broker's Metadata names the controller and every broker, i.e. each has had the
+        controller's first UpdateMetadata: ``cluster up`` returns a cluster that serves clients.
+
+        Why: until then a broker answers controller -1 and lists only itself, and librdkafka's
+        AdminClient looks the controller up again only when a broker connection changes state or
+        the controller id changes. A CreateTopics sent in that window (a script's first command after
+        ``cluster up``) could wait out its whole request timeout of 60 s: seen once in CI."""
+        from client.connection import Connection
+        from proto import minikafka_pb2 as pb
+
+        assert self.state is not None
+        expected = set(self.state.brokers)
+        security = self.state.client_security()
+        deadline = time.monotonic() + timeout_s
+        for bid, b in sorted(self.state.brokers.items()):
+            last = "no answer"
+            with Connection(b.address, security) as conn:
+                while True:
+                    try:
+                        resp = conn.api.Metadata(pb.MetadataRequest(all_topics=False), timeout=2)
+                        seen = {x.broker_id for x in resp.brokers}
+                        if resp.controller_id >= 0 and expected <= seen:
+                            break
+                        last = f"controller {resp.controller_id}, brokers {sorted(seen)}"
+                    except grpc.RpcError as e:
+                        last = f"{e.code().name}: {e.details()}"
+                    if time.monotonic() >= deadline:
+                        raise ClusterError(f"broker {bid} did not learn the cluster's metadata within "
+                                           f"{timeout_s:.0f}s (last answer: {last})")
+                    time.sleep(0.05)
 
     def wait_for_controller(self, timeout_s: float = 60.0, other_than: int | None = None,
                             min_epoch: int = 0) -> dict[str, Any]:

@@ -47,6 +47,42 @@ def test_s9_1_one_controller_and_failover_bumps_epoch(cluster) -> None:  # type:
     assert old not in new_view["registered"]
 
 
+def test_cluster_up_returns_once_every_broker_names_the_controller_and_every_broker(cluster) -> None:  # type: ignore[no-untyped-def]
+    """``cluster up`` (and every test's cluster.start) returns a cluster that serves clients: each
+    broker has had the controller's first UpdateMetadata. Before that a broker answers controller -1
+    and lists only itself, and librdkafka's AdminClient, which looks the controller up again only on
+    a broker state change, waited out a CreateTopics' whole 60 s request timeout once in CI. Asked
+    at once, no poll: both listeners of every broker already name the controller and all three."""
+    from confluent_kafka.admin import AdminClient
+
+    from client.connection import Connection
+
+    c = cluster.start(3)
+    for b in c.state.brokers.values():
+        with Connection(b.address) as conn:
+            resp = conn.api.Metadata(pb.MetadataRequest(all_topics=False), timeout=5)
+        assert resp.controller_id in (1, 2, 3), (b.broker_id, resp.controller_id)
+        assert sorted(x.broker_id for x in resp.brokers) == [1, 2, 3], b.broker_id
+    for address in c.state.kafka_bootstrap_servers.split(","):
+        md = AdminClient({"bootstrap.servers": address}).list_topics(timeout=10)
+        assert md.controller_id in (1, 2, 3) and sorted(md.brokers) == [1, 2, 3], address
+
+
+def test_waiting_for_the_cluster_metadata_names_a_broker_that_does_not_answer(cluster) -> None:  # type: ignore[no-untyped-def]
+    """The wait ``cluster up`` ends with asks every broker, each on its own connection: a broker
+    that answers nothing (SIGSTOPped) is named in the error, and the wait passes once it answers."""
+    from client.ops.local_cluster import ClusterError
+
+    c = cluster.start(3)
+    c.signal(2, "STOP")
+    try:
+        with pytest.raises(ClusterError, match="broker 2 did not learn the cluster's metadata"):
+            c.wait_metadata_ready(timeout_s=3)
+    finally:
+        c.signal(2, "CONT")
+    c.wait_metadata_ready(timeout_s=30)
+
+
 def test_s1_s9_4_topic_creation_writes_s10_znodes_and_deletion_removes_them(cluster, zk_client: KazooClient) -> None:  # type: ignore[no-untyped-def]
     c = cluster.start(3)
     view = cluster.view()
