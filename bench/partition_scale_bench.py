@@ -39,6 +39,10 @@ Figures (goal from issue 29 beside each):
    one request were all led in 6.9 s, 2,000 in 16 s.
 5. **RSS** (MB, VmRSS) and **open files** (entries of ``/proc/<pid>/fd``) per broker, right after
    creation (idle) and after the produce phases, at 56 and at N + 56 partitions.
+6. **Full garbage collections**, per broker from its metrics endpoint after the produce phases: how
+   many since the broker started serving, how many over 10 ms, the longest and the last pause
+   (goal: none over the ~10 ms a request may hold the loop), and how often their survivors were
+   frozen (``broker.server.gc_pauses``).
 
 With ``--failover`` (off by default), at N partitions: SIGTERM (controlled shutdown) of the
 non-controller broker leading most partitions, seconds until every partition it led is led
@@ -140,6 +144,36 @@ def loadavg() -> str:
 
 def memory_and_files(pids: dict[int, int]) -> dict[str, dict[str, float]]:
     return {str(b): {"rss_mb": round(rss_mb(p), 1), "open_files": open_files(p)} for b, p in sorted(pids.items())}
+
+
+GC_METRICS = {"minikafka_gc_full_collections_total": "full_collections",
+              "minikafka_gc_full_collections_over_budget_total": "over_budget",
+              "minikafka_gc_full_collection_longest_seconds": "longest_ms",
+              "minikafka_gc_full_collection_last_seconds": "last_ms", "minikafka_gc_freezes_total": "freezes",
+              "minikafka_gc_thaws_total": "thaws"}
+
+
+def gc_figures(metrics: dict[int, str]) -> dict[str, dict[str, float]]:
+    """Each broker's full garbage collections since it started (broker.server.gc_pauses), from its
+    Prometheus endpoint: how many, the longest and the last pause (ms), freezes and thaws."""
+    import urllib.request
+
+    out: dict[str, dict[str, float]] = {}
+    for b, url in sorted(metrics.items()):
+        figures: dict[str, float] = {}
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                text = r.read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            key = GC_METRICS.get(name)
+            if key is not None:
+                v = float(value)
+                figures[key] = round(v * 1000, 1) if key.endswith("_ms") else v
+        out[str(b)] = figures
+    return out
 
 
 @dataclass
@@ -518,7 +552,7 @@ def scale_topics(n: int, per_topic: int) -> list[tuple[str, int]]:
 
 
 def measure_level(level: dict[str, Any], kbs: str, pids: dict[int, int], zk_pid: int, hot: list[Partition],
-                  spread: list[Partition], args: argparse.Namespace) -> None:
+                  spread: list[Partition], args: argparse.Namespace, metrics: dict[int, str]) -> None:
     """The figures at one partition count, into ``level`` as they come (a failure keeps the earlier ones)."""
     time.sleep(args.settle_seconds)
     level["idle"] = idle_phase(pids, zk_pid, args.idle_seconds)
@@ -529,6 +563,7 @@ def measure_level(level: dict[str, Any], kbs: str, pids: dict[int, int], zk_pid:
     level["spread"] = produce_phase(kbs, spread, args, pids, args.records,
                                     profile_label=f"spread-{len(spread)}")
     level["memory_after_produce"] = memory_and_files(pids)
+    level["gc_after_produce"] = gc_figures(metrics)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -551,6 +586,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with terminated_cleanly():
             state = cluster.up(3)
             pids = {b: p.pid for b, p in state.brokers.items()}
+            metrics = {b: p.metrics_address for b, p in state.brokers.items() if p.metrics_address}
             zk_pid = state.zookeeper_pid
             kbs = state.kafka_bootstrap_servers if args.client == "librdkafka" \
                 else ",".join(b.address for _, b in sorted(state.brokers.items()))
@@ -562,7 +598,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["small"] = small
             if "error" in small["create"]:
                 raise SystemExit(f"the ~50 partitions: {small['create']['error']}")
-            measure_level(small, kbs, pids, zk_pid, hot, partitions_of([BASE]), args)
+            measure_level(small, kbs, pids, zk_pid, hot, partitions_of([BASE]), args, metrics)
 
             time.sleep(args.settle_seconds)
             topics = scale_topics(args.partitions, args.topic_partitions)
@@ -573,7 +609,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     large["create"] = create(md, controller, topics, args)
                 if "error" in large["create"]:
                     raise RuntimeError(f"creating the {args.partitions:,} partitions: {large['create']['error']}")
-                measure_level(large, kbs, pids, zk_pid, hot, partitions_of(topics), args)
+                measure_level(large, kbs, pids, zk_pid, hot, partitions_of(topics), args, metrics)
                 if args.failover:
                     time.sleep(args.settle_seconds)
                     every = set(partitions_of([HOT, BASE, *topics]))
@@ -663,7 +699,18 @@ def report(r: dict[str, Any]) -> None:
             a = "/".join(f"{v[what]:g}" for v in (get(s, when) or {}).values()) or "-"
             b = "/".join(f"{v[what]:g}" for v in (get(g, when) or {}).values()) or "-"
             print(f"{label:{w}} {a:>{c}} {b:>{c}}")
+    a = "/".join(f"{v.get('longest_ms', '-')}" for v in (get(s, "gc_after_produce") or {}).values()) or "-"
+    b = "/".join(f"{v.get('longest_ms', '-')}" for v in (get(g, "gc_after_produce") or {}).values()) or "-"
+    print(f"{'longest full GC pause per broker, ms':{w}} {a:>{c}} {b:>{c}}   <= 10 (one request's budget)")
     print()
+    for name, level in (("~50", s), (f"N={r['partitions']:,}", g)):
+        x = level.get("gc_after_produce")
+        if x:
+            per = "; ".join(f"broker {b}: {v.get('full_collections', 0):g} full ({v.get('over_budget', 0):g} over "
+                            f"10 ms), longest {v.get('longest_ms', '-')} ms, "
+                            f"last {v.get('last_ms', '-')} ms, {v.get('freezes', 0):g} freezes, {v.get('thaws', 0):g} thaws"
+                            for b, v in x.items())
+            print(f"garbage collection at {name}, since the broker served: {per}")
     for name, level in (("~50", s), (f"N={r['partitions']:,}", g)):
         for phase in ("hot", "spread"):
             x = level.get(phase)

@@ -120,6 +120,8 @@ class ReplicaManager:
         self._isr_changed: set[TopicPartition] = set()
         self._isr_notifier: asyncio.Task[None] | None = None
         self.isr_shrinks = 0
+        # Partitions deleted from this broker since start (the garbage collection guard's thaw).
+        self.partitions_removed = 0
         # Record bytes produced to (every Produce's) and fetched from this broker (consumers and
         # followers): Kafka's BytesIn/BytesOut, exported at scrape time by broker.server.observability.
         self.bytes_in = 0
@@ -308,6 +310,7 @@ class ReplicaManager:
                     p.stop_leading()
                     if sp.delete_partition:
                         del self.partitions[tp]
+                        self.partitions_removed += 1
                 if sp.delete_partition:
                     self.log_manager.delete_log(tp[0], tp[1])
                     # A topic created again under this name brings its own config.

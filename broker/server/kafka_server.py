@@ -49,6 +49,7 @@ from broker.server.admin import AdminManager
 from broker.server.config import BrokerConfig
 from broker.server.describe_apis import DescribeApis
 from broker.server.dynamic_config import DynamicConfigManager
+from broker.server.gc_pauses import GcPauseGuard
 from broker.server.grpc_servicers import add_servicers
 from broker.server.kafka_apis import ControlPlane, KafkaApis
 from broker.server.metadata_apis import MetadataApis
@@ -90,6 +91,7 @@ class KafkaServer:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self.registered = asyncio.Event()
+        self.gc_guard: GcPauseGuard | None = None
         # Recent cluster events seen by this broker (log records tagged with an "event").
         self.events = EventBuffer()
         logging.getLogger().addHandler(self.events)
@@ -219,6 +221,14 @@ class KafkaServer:
         self.log_manager.defer_roll_flushes(asyncio.get_running_loop())
         log.info("broker %d: loaded %d logs in %.2fs (clean shutdown: %s)", self.broker_id, len(self.log_manager),
                  time.monotonic() - t0, all(self.log_manager.had_clean_shutdown.values()))
+        # Full garbage collections walk every long-lived object, so they grow with the partitions:
+        # the survivors of one over budget are frozen (broker.server.gc_pauses). The first is made
+        # here, before this broker serves anything: the modules and the logs just loaded are most
+        # of what a broker keeps, and a pause now delays no request.
+        rm, logs = self.replica_manager, self.log_manager
+        self.gc_guard = GcPauseGuard(asyncio.get_running_loop(), lambda: len(logs), lambda: rm.partitions_removed)
+        self.gc_guard.install()
+        self.gc_guard.collect_before_serving()
 
         if cfg.metrics_port >= 0:
             port = self.metrics.serve(cfg.metrics_host, cfg.metrics_port)
@@ -293,6 +303,8 @@ class KafkaServer:
         self.dynamic_config.start_watches(self.loop)
 
         self._every(cfg.replica_lag_time_max_ms / 2000.0, self.replica_manager.maybe_shrink_isr)
+        if self.gc_guard is not None:
+            self._every(5.0, self.gc_guard.tick)
         # The periodic checkpoints are written on the log manager's flusher thread (see
         # LogManager._checkpoint); those at shutdown and after deletions are written at once.
         self._every(cfg.replica_high_watermark_checkpoint_interval_ms / 1000.0,
@@ -411,6 +423,8 @@ class KafkaServer:
             await self.controlled_shutdown()
         for t in list(self._tasks):
             t.cancel()
+        if self.gc_guard is not None:
+            self.gc_guard.uninstall()
         await self.txn_coordinator.shutdown()
         await self.txn_verifier.close()
         await self.txn_markers.close()

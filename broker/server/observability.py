@@ -165,6 +165,22 @@ class BrokerCollector(Collector):
                 yield CounterMetricFamily("minikafka_log_cleaner_bytes_written", "Bytes written by the log cleaner",
                                           value=cleaner.bytes_written_total)
                 yield CounterMetricFamily("minikafka_log_cleaner_cleans", "Cleans completed", value=cleaner.cleans_total)
+        guard = getattr(s, "gc_guard", None)
+        if guard is not None:  # broker.server.gc_pauses
+            st = guard.stats
+            yield CounterMetricFamily("minikafka_gc_full_collections", "Full (generation 2) garbage collections "
+                                      "while serving", value=st.full_collections)
+            yield CounterMetricFamily("minikafka_gc_full_collections_over_budget", "Full garbage collections "
+                                      "longer than the loop's budget for one request (10 ms)", value=st.over_budget)
+            yield GaugeMetricFamily("minikafka_gc_startup_full_collection_seconds",
+                                    "The full collection made before serving", value=st.startup_pause_ms / 1000.0)
+            yield GaugeMetricFamily("minikafka_gc_full_collection_longest_seconds",
+                                    "Longest full garbage collection while serving", value=st.longest_full_pause_ms / 1000.0)
+            yield GaugeMetricFamily("minikafka_gc_full_collection_last_seconds",
+                                    "Duration of the last full garbage collection", value=st.last_full_pause_ms / 1000.0)
+            yield CounterMetricFamily("minikafka_gc_freezes", "Freezes of a full collection's survivors",
+                                      value=st.freezes)
+            yield CounterMetricFamily("minikafka_gc_thaws", "Thaws of the frozen objects", value=st.thaws)
         yield CounterMetricFamily("minikafka_fetches_not_parked",
                                   "Consumer fetches answered at once because fetch.purgatory.max.requests were parked",
                                   value=rm.fetches_not_parked)

@@ -49,6 +49,13 @@ def test_metrics_follow_a_follower_failure(cluster) -> None:  # type: ignore[no-
     leader, _ = wait_for(lambda: (lambda le: le if le[0] >= 0 else None)(leader_of(view, "obs", 0)))
     urls = {b.broker_id: b.metrics_address for b in c.state.brokers.values()}
     assert sum(scrape(u)["kafka_controller_kafkacontroller_activecontrollercount"] for u in urls.values()) == 1
+    for u in urls.values():
+        # Each broker made a full garbage collection before it served (its pause timed, and its
+        # survivors frozen when over budget: broker.server.gc_pauses); the thaws come later.
+        m = scrape(u)
+        assert m["minikafka_gc_startup_full_collection_seconds"] > 0
+        assert m["minikafka_gc_full_collections_total"] >= m["minikafka_gc_full_collections_over_budget_total"] >= 0
+        assert m["minikafka_gc_freezes_total"] >= 0 and m["minikafka_gc_thaws_total"] == 0
     conn, _ = view.leader_connection("obs", 0)
     records = batch_of(["x"])
     assert produce(conn, "obs", 0, records).error_code == E.NONE
