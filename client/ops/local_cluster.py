@@ -1036,7 +1036,10 @@ class LocalCluster:
         Why: until then a broker answers controller -1 and lists only itself, and librdkafka's
         AdminClient looks the controller up again only when a broker connection changes state or
         the controller id changes. A CreateTopics sent in that window (a script's first command after
-        ``cluster up``) could wait out its whole request timeout of 60 s: seen once in CI."""
+        ``cluster up``) could wait out its whole request timeout of 60 s: seen once in CI.
+
+        Asked with the cluster's client security, of brokers whose client listener takes it: one
+        whose listener security ``broker_overrides`` changed (as some tests do) is not waited for."""
         from client.connection import Connection
         from proto import minikafka_pb2 as pb
 
@@ -1045,6 +1048,8 @@ class LocalCluster:
         security = self.state.client_security()
         deadline = time.monotonic() + timeout_s
         for bid, b in sorted(self.state.brokers.items()):
+            if not self._client_listener_takes(b, security):
+                continue
             last = "no answer"
             with Connection(b.address, security) as conn:
                 while True:
@@ -1060,6 +1065,21 @@ class LocalCluster:
                         raise ClusterError(f"broker {bid} did not learn the cluster's metadata within "
                                            f"{timeout_s:.0f}s (last answer: {last})")
                     time.sleep(0.05)
+
+    @staticmethod
+    def _client_listener_takes(b: BrokerProc, security: ChannelSecurity) -> bool:
+        """Does ``b``'s client listener, as its config file says, take a client of ``security``?"""
+        try:
+            props = parse_properties(Path(b.config).read_text())
+        except OSError:
+            return False
+        protocols = dict(item.strip().split(":", 1) for item in
+                         props.get("listener.security.protocol.map", "").split(",") if ":" in item)
+        protocol = protocols.get("CLIENT", "PLAINTEXT").strip().upper()
+        if protocol != security.security_protocol.upper():
+            return False
+        return not (protocol == "SSL" and props.get("ssl.client.auth", "none") == "required"
+                    and not security.ssl_certfile)
 
     def wait_for_controller(self, timeout_s: float = 60.0, other_than: int | None = None,
                             min_epoch: int = 0) -> dict[str, Any]:
