@@ -11,23 +11,28 @@ partitions that exist, not with the work at hand: 55-64 ms was measured at 3,000
 (118,000 tracked objects on one replica manager), and it scales linearly from there. SPEC S15 and
 the issue it came from allow no request to hold the loop for more than ~10 ms.
 
-``gc.freeze()`` moves every tracked object to a permanent generation that collections skip.
-Freezing right after a full collection freezes exactly what that collection found alive, so no
-garbage is frozen with it, and every later collection walks only what was allocated since: the
-request-by-request garbage, which dies young. So the policy here is:
+``gc.freeze()`` moves every tracked object to a permanent generation that collections skip; reference
+counting still frees frozen objects, only a frozen *cycle* that dies is kept. So:
 
-* **Freeze** after a full collection that took longer than ``pause_budget_ms``. One long pause is
-  paid, once, and then never again for those objects.
-* **Thaw** (``gc.unfreeze()``) when frozen objects may have become cyclic garbage: a frozen cycle is
-  never collected, though reference counting still frees everything that is not in a cycle. That
-  happens when partitions are deleted or move away (their state, log and sessions go), so after
-  ``thaw_after_removed`` partitions are gone since the freeze (at least ``thaw_min_removed``), and
-  otherwise every ``thaw_interval_ms`` for whatever else died (connections, sessions, groups).
-  The next full collection then walks everything once, frees the dead cycles, and - being long -
-  freezes the survivors again.
+* **Freeze after a long full collection**: one over ``pause_budget_ms`` freezes its survivors. They
+  are what it just found alive, so no garbage is frozen with them, and later collections walk only
+  what was allocated since: the request-by-request garbage, which dies young.
+* **Freeze as partitions are added**: a broker that gains thousands of partitions (a topic created,
+  a reassignment) would otherwise pay a long collection over the new ones first. Once
+  ``freeze_after_added`` partitions came since the last freeze, it freezes at once (checked every
+  second), without a collection: what is frozen with them is the cyclic garbage not yet collected
+  at that moment, little next to them.
+* **Thaw and collect** when frozen objects may have become cyclic garbage: partitions deleted from
+  the broker (their state, log and sessions go) - ``thaw_after_removed`` of those frozen, at least
+  ``thaw_min_removed`` - and otherwise every ``thaw_interval_ms`` for whatever else died
+  (connections, sessions, groups). ``gc.unfreeze()`` then one full collection at once: one long
+  pause, which frees the dead cycles and, being long, freezes the survivors again. Collecting at
+  once, not at the next natural collection, so that a freeze for added partitions cannot come in
+  between and freeze the dead cycles again.
 
-``FullCollectionPolicy`` is the decision, pure (it takes ``now_ms``); ``GcPauseGuard`` is the shell
-that listens to ``gc.callbacks`` and calls ``gc.freeze`` / ``gc.unfreeze`` on the event loop.
+``FullCollectionPolicy`` is the decision, pure (it takes ``now_ms`` and the partition counts);
+``GcPauseGuard`` is the shell that listens to ``gc.callbacks`` and calls ``gc.freeze`` /
+``gc.unfreeze`` / ``gc.collect`` on the event loop.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -48,6 +54,8 @@ class GcSettings:
     # The loop's budget for one request (SPEC S15): a full collection longer than that is one we
     # do not want to pay again for the same objects.
     pause_budget_ms: float = 10.0
+    # ~40 tracked objects each: 100 partitions are a full collection of ~2 ms on the development machine.
+    freeze_after_added: int = 100
     # Thaw once this share of the partitions frozen has been removed since the freeze ...
     thaw_after_removed: float = 0.1
     # ... but not for fewer than this many (a topic of a few partitions deleted is a few KB at most).
@@ -56,10 +64,16 @@ class GcSettings:
     thaw_interval_ms: int = 3_600_000
 
 
+class Action(Enum):
+    NONE = "none"
+    FREEZE = "freeze"
+    THAW = "thaw"  # unfreeze, then one full collection at once
+
+
 @dataclass
 class FullCollectionPolicy:
-    """When to freeze and when to thaw (see the module's docstring). The counts are monotonic
-    totals kept by the caller: partitions hosted now, and partitions removed since start."""
+    """When to freeze and when to thaw (see the module's docstring). ``partitions`` is the count
+    hosted now; ``removed_total`` counts the partitions removed since start (monotonic)."""
 
     settings: GcSettings
     frozen: bool = False
@@ -67,26 +81,38 @@ class FullCollectionPolicy:
     partitions_at_freeze: int = 0
     removed_at_freeze: int = 0
 
+    def _froze(self, now_ms: int, partitions: int, removed_total: int) -> None:
+        if not self.frozen:
+            self.frozen_at_ms = now_ms  # the thaw interval runs from the first freeze since a thaw
+        self.frozen = True
+        self.partitions_at_freeze = partitions
+        self.removed_at_freeze = removed_total
+
     def on_full_collection(self, pause_ms: float, now_ms: int, partitions: int, removed_total: int) -> bool:
         """A full collection took ``pause_ms``: True when its survivors should be frozen."""
         if pause_ms <= self.settings.pause_budget_ms:
             return False
-        self.frozen = True
-        self.frozen_at_ms = now_ms
-        self.partitions_at_freeze = partitions
-        self.removed_at_freeze = removed_total
+        self._froze(now_ms, partitions, removed_total)
         return True
 
-    def on_tick(self, now_ms: int, removed_total: int) -> bool:
-        """Periodic check: True when the frozen objects should be thawed."""
-        if not self.frozen:
-            return False
-        removed = removed_total - self.removed_at_freeze
-        enough = max(self.settings.thaw_min_removed, int(self.partitions_at_freeze * self.settings.thaw_after_removed))
-        if removed >= enough or now_ms - self.frozen_at_ms >= self.settings.thaw_interval_ms:
-            self.frozen = False
-            return True
-        return False
+    def on_tick(self, now_ms: int, partitions: int, removed_total: int) -> Action:
+        """The periodic check (every second)."""
+        if self.frozen:
+            removed = removed_total - self.removed_at_freeze
+            enough = max(self.settings.thaw_min_removed,
+                         int(self.partitions_at_freeze * self.settings.thaw_after_removed))
+            if removed >= enough or now_ms - self.frozen_at_ms >= self.settings.thaw_interval_ms:
+                # Partitions are counted as added from here on (the thaw's collection may freeze).
+                self.frozen = False
+                self.partitions_at_freeze = partitions
+                self.removed_at_freeze = removed_total
+                return Action.THAW
+        # Added since the last freeze: the partitions now, less those there were then net of removals.
+        added = partitions - (self.partitions_at_freeze - (removed_total - self.removed_at_freeze))
+        if added >= self.settings.freeze_after_added:
+            self._froze(now_ms, partitions, removed_total)
+            return Action.FREEZE
+        return Action.NONE
 
 
 @dataclass
@@ -102,9 +128,9 @@ class GcStats:
 
 
 class GcPauseGuard:
-    """The shell: times full collections through ``gc.callbacks`` (on any thread), freezes on the
-    event loop when the policy says so, and thaws from ``tick`` (called periodically on the loop).
-    ``partitions`` and ``removed_total`` read the replica manager's counts."""
+    """The shell: times full collections through ``gc.callbacks`` (on any thread) and freezes on the
+    event loop when the policy says so; ``tick`` (every second, on the loop) freezes for added
+    partitions and thaws. ``partitions`` and ``removed_total`` read the broker's counts."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, partitions: Callable[[], int],
                  removed_total: Callable[[], int], settings: GcSettings = GcSettings(),
@@ -174,8 +200,13 @@ class GcPauseGuard:
                  pause_ms, self.partitions())
 
     def tick(self) -> None:
-        if self.policy.on_tick(self.clock_ms(), self.removed_total()):
+        removed_total = self.removed_total()
+        action = self.policy.on_tick(self.clock_ms(), self.partitions(), removed_total)
+        if action is Action.FREEZE:
+            gc.freeze()
+            self.stats.freezes += 1
+        elif action is Action.THAW:
             gc.unfreeze()
             self.stats.thaws += 1
-            log.info("frozen objects thawed (%d partitions removed since the freeze)",
-                     self.removed_total() - self.policy.removed_at_freeze)
+            log.info("frozen objects thawed (partitions removed, or an hour passed): one full collection now")
+            gc.collect()  # timed by _on_gc, and its survivors frozen again when it was long

@@ -304,7 +304,7 @@ class KafkaServer:
 
         self._every(cfg.replica_lag_time_max_ms / 2000.0, self.replica_manager.maybe_shrink_isr)
         if self.gc_guard is not None:
-            self._every(5.0, self.gc_guard.tick)
+            self._every(1.0, self.gc_guard.tick)
         # The periodic checkpoints are written on the log manager's flusher thread (see
         # LogManager._checkpoint); those at shutdown and after deletions are written at once.
         self._every(cfg.replica_high_watermark_checkpoint_interval_ms / 1000.0,

@@ -10,46 +10,72 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.server.gc_pauses import FullCollectionPolicy, GcPauseGuard, GcSettings
+from broker.server.gc_pauses import Action, FullCollectionPolicy, GcPauseGuard, GcSettings
 
-S = GcSettings(pause_budget_ms=10.0, thaw_after_removed=0.1, thaw_min_removed=100, thaw_interval_ms=3_600_000)
+S = GcSettings(pause_budget_ms=10.0, freeze_after_added=100, thaw_after_removed=0.1, thaw_min_removed=100,
+               thaw_interval_ms=3_600_000)
+N, F, T = Action.NONE, Action.FREEZE, Action.THAW
 
 
 def test_a_full_collection_within_budget_freezes_nothing() -> None:
     p = FullCollectionPolicy(S)
-    assert not p.on_full_collection(9.9, now_ms=0, partitions=10_000, removed_total=0)
-    assert not p.frozen and not p.on_tick(now_ms=10**9, removed_total=10**6)
+    assert not p.on_full_collection(9.9, now_ms=0, partitions=50, removed_total=0)
+    assert not p.frozen and p.on_tick(now_ms=10**9, partitions=50, removed_total=0) is N
 
 
 def test_a_long_full_collection_freezes_and_deleted_partitions_thaw() -> None:
     p = FullCollectionPolicy(S)
     assert p.on_full_collection(150.0, now_ms=1_000, partitions=10_000, removed_total=40)
     # 10% of the 10,000 partitions frozen: 999 removed since is not yet enough, 1,000 is.
-    assert not p.on_tick(now_ms=2_000, removed_total=40 + 999)
-    assert p.on_tick(now_ms=2_000, removed_total=40 + 1_000)
-    assert not p.frozen and not p.on_tick(now_ms=3_000, removed_total=10**6), "thawed once"
+    assert p.on_tick(now_ms=2_000, partitions=10_000 - 999, removed_total=40 + 999) is N
+    assert p.on_tick(now_ms=2_000, partitions=10_000 - 1_000, removed_total=40 + 1_000) is T
+    assert not p.frozen
+    assert p.on_tick(now_ms=3_000, partitions=10_000 - 1_000, removed_total=40 + 1_000) is N, "thawed once"
 
 
 def test_few_partitions_frozen_thaw_after_the_minimum_removed() -> None:
     p = FullCollectionPolicy(S)
-    assert p.on_full_collection(11.0, now_ms=0, partitions=50, removed_total=0)
-    assert not p.on_tick(now_ms=1, removed_total=99)  # 10% of 50 is 5: the floor of 100 holds
-    assert p.on_tick(now_ms=1, removed_total=100)
+    assert p.on_full_collection(11.0, now_ms=0, partitions=500, removed_total=0)
+    assert p.on_tick(now_ms=1, partitions=401, removed_total=99) is N  # 10% of 500 is 50: the floor of 100 holds
+    assert p.on_tick(now_ms=1, partitions=400, removed_total=100) is T
 
 
 def test_frozen_objects_are_thawed_after_the_interval_whatever_happened() -> None:
     p = FullCollectionPolicy(S)
     assert p.on_full_collection(50.0, now_ms=1_000, partitions=3_000, removed_total=0)
-    assert not p.on_tick(now_ms=1_000 + 3_599_999, removed_total=0)
-    assert p.on_tick(now_ms=1_000 + 3_600_000, removed_total=0)
+    assert p.on_tick(now_ms=1_000 + 3_599_999, partitions=3_000, removed_total=0) is N
+    assert p.on_tick(now_ms=1_000 + 3_600_000, partitions=3_000, removed_total=0) is T
 
 
-def test_a_freeze_renews_the_interval() -> None:
+def test_the_interval_runs_from_the_first_freeze_after_a_thaw() -> None:
     p = FullCollectionPolicy(S)
     p.on_full_collection(50.0, now_ms=0, partitions=3_000, removed_total=0)
-    assert p.on_tick(now_ms=3_600_000, removed_total=0)
-    p.on_full_collection(50.0, now_ms=3_600_000, partitions=3_000, removed_total=0)
-    assert not p.on_tick(now_ms=3_600_000 + 60_000, removed_total=0)
+    assert p.on_tick(now_ms=60_000, partitions=3_100, removed_total=0) is F  # growth: frozen again
+    assert p.on_tick(now_ms=3_600_000, partitions=3_100, removed_total=0) is T  # an hour after the first
+    p.on_full_collection(50.0, now_ms=3_600_000, partitions=3_100, removed_total=0)
+    assert p.on_tick(now_ms=3_600_000 + 60_000, partitions=3_100, removed_total=0) is N
+
+
+def test_added_partitions_are_frozen_every_hundred_without_a_collection() -> None:
+    """A topic of 1,000 partitions created on a broker with nothing frozen yet: a freeze each
+    time 100 more came, counting partitions removed in between as added-then-gone."""
+    p = FullCollectionPolicy(S)
+    assert p.on_tick(now_ms=0, partitions=99, removed_total=0) is N
+    assert p.on_tick(now_ms=1_000, partitions=100, removed_total=0) is F and p.frozen
+    assert p.on_tick(now_ms=2_000, partitions=150, removed_total=0) is N
+    # 49 deleted since the freeze and 140 left: 89 were added.
+    assert p.on_tick(now_ms=3_000, partitions=140, removed_total=49) is N
+    assert p.on_tick(now_ms=4_000, partitions=151, removed_total=49) is F  # 100 added
+    assert p.partitions_at_freeze == 151 and p.removed_at_freeze == 49
+
+
+def test_after_a_thaw_partitions_count_as_added_from_the_thaw() -> None:
+    p = FullCollectionPolicy(S)
+    p.on_full_collection(50.0, now_ms=0, partitions=1_000, removed_total=0)
+    assert p.on_tick(now_ms=1, partitions=900, removed_total=100) is T
+    # The thaw's collection was short (no freeze): 99 created since the thaw are not yet 100.
+    assert p.on_tick(now_ms=2, partitions=999, removed_total=100) is N
+    assert p.on_tick(now_ms=3, partitions=1_000, removed_total=100) is F
 
 
 class Counts:
@@ -65,6 +91,7 @@ def guard() -> Iterator[tuple[GcPauseGuard, asyncio.AbstractEventLoop, Counts]]:
     # this machine's speed (the figure itself is the bench's).
     g = GcPauseGuard(loop, lambda: counts.partitions, lambda: counts.removed,
                      GcSettings(pause_budget_ms=0.0, thaw_min_removed=10), clock_ms=lambda: 0)
+    g.policy.partitions_at_freeze = counts.partitions  # none "added" unless a test adds them
     g.install()
     try:
         yield g, loop, counts
@@ -148,3 +175,15 @@ def test_the_collection_before_serving_is_counted_apart_and_freezes_too(
     assert g.stats.freezes == 1 and gc.get_freeze_count() > 0
     gc.collect()
     assert g.stats.full_collections == 1 and g.stats.over_budget == 1, "a budget of 0 ms: every one is over"
+
+
+def test_a_tick_after_a_hundred_added_partitions_freezes_without_a_collection(
+        guard: tuple[GcPauseGuard, asyncio.AbstractEventLoop, Counts]) -> None:
+    g, _, counts = guard
+    g.tick()
+    assert g.stats.freezes == 0 and gc.get_freeze_count() == 0
+    counts.partitions += 100
+    collections = g.stats.full_collections
+    g.tick()
+    assert g.stats.freezes == 1 and gc.get_freeze_count() > 0
+    assert g.stats.full_collections == collections
