@@ -82,10 +82,14 @@ class FullCollectionPolicy:
     frozen_at_ms: int = 0
     partitions_at_freeze: int = 0
     removed_at_freeze: int = 0
+    # Removals count towards a thaw from the first freeze since the last thaw: a later freeze (for
+    # added partitions) does not unfreeze what died before it.
+    removed_at_first_freeze: int = 0
 
     def _froze(self, now_ms: int, partitions: int, removed_total: int) -> None:
         if not self.frozen:
             self.frozen_at_ms = now_ms  # the thaw interval runs from the first freeze since a thaw
+            self.removed_at_first_freeze = removed_total
         self.frozen = True
         self.partitions_at_freeze = partitions
         self.removed_at_freeze = removed_total
@@ -100,7 +104,7 @@ class FullCollectionPolicy:
     def on_tick(self, now_ms: int, partitions: int, removed_total: int) -> Action:
         """The periodic check (every second)."""
         if self.frozen:
-            removed = removed_total - self.removed_at_freeze
+            removed = removed_total - self.removed_at_first_freeze
             enough = max(self.settings.thaw_min_removed,
                          int(self.partitions_at_freeze * self.settings.thaw_after_removed))
             if removed >= enough or now_ms - self.frozen_at_ms >= self.settings.thaw_interval_ms:

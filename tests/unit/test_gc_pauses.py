@@ -56,6 +56,15 @@ def test_the_interval_runs_from_the_first_freeze_after_a_thaw() -> None:
     assert p.on_tick(now_ms=3_600_000 + 60_000, partitions=3_100, removed_total=0) is N
 
 
+def test_removals_count_towards_a_thaw_across_the_freezes_for_added_partitions() -> None:
+    """Deleted, then others created (a freeze for them): the dead ones are still frozen."""
+    p = FullCollectionPolicy(S)
+    p.on_full_collection(50.0, now_ms=0, partitions=500, removed_total=0)
+    assert p.on_tick(now_ms=1, partitions=440, removed_total=60) is N
+    assert p.on_tick(now_ms=2, partitions=540, removed_total=60) is F  # 100 added
+    assert p.on_tick(now_ms=3, partitions=500, removed_total=100) is T  # 60 + 40 removed since the first
+
+
 def test_added_partitions_are_frozen_every_hundred_without_a_collection() -> None:
     """A topic of 1,000 partitions created on a broker with nothing frozen yet: a freeze each
     time 100 more came, counting partitions removed in between as added-then-gone."""
