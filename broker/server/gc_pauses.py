@@ -6,7 +6,7 @@ CPython frees most objects by reference counting; its cyclic collector exists fo
 cycles. A full (generation 2) collection walks *every* tracked container object, and it runs on
 whatever thread allocated last - here usually the broker's event loop, which stands still
 meanwhile. A broker's long-lived objects grow with its partitions (a partition's state, its log and
-segments, its fetch session entries: ~40 tracked objects each), so the pause grows with the
+segments, its fetch session entries: ~30 tracked objects each), so the pause grows with the
 partitions that exist, not with the work at hand. Measured on one replica manager under produce
 (the development machine): 64 ms at 3,000 partitions (127,000 tracked objects) and 164 ms at
 10,000 (344,000), against 1.0 and 1.9 ms once they are frozen. A broker process with no partition
@@ -56,7 +56,7 @@ class GcSettings:
     # The loop's budget for one request (SPEC S15): a full collection longer than that is one we
     # do not want to pay again for the same objects.
     pause_budget_ms: float = 10.0
-    # ~40 tracked objects each: 100 partitions are a full collection of ~2 ms on the development machine.
+    # ~30 tracked objects each: 100 partitions are a full collection of ~2 ms on the development machine.
     freeze_after_added: int = 100
     # Thaw once this share of the partitions frozen has been removed since the freeze ...
     thaw_after_removed: float = 0.1
