@@ -669,7 +669,10 @@ class KafkaController:
         ctx = s.ctx
         ctx.assignments[topic], ctx.assignment_versions[topic] = loaded
         ctx.topic_configs[topic] = self.zk.get_topic_config(topic)
-        ctx.leadership.update(self.zk.get_partition_states([(topic, p) for p in loaded[0]]))  # pipelined
+        # The state znodes that exist (a topic just created has none: one getChildren, no read per
+        # partition), read pipelined.
+        existing = self.zk.get_partition_znodes([topic]).get(topic) or frozenset()
+        ctx.leadership.update(self.zk.get_partition_states([(topic, p) for p in loaded[0] if p in existing]))
 
     def _arm_watches(self) -> None:
         """The active controller's watches (S9.2); a later call replaces them, _resign stops them."""

@@ -52,7 +52,7 @@ from zk.data import NO_LEADER, TopicPartitionId
 log = logging.getLogger(__name__)
 # LeaderAndIsr requests of up to this many partitions log each transition at INFO; larger ones one
 # line in all (and DEBUG lines each).
-TRANSITIONS_LOGGED_EACH = 100
+TRANSITIONS_LOGGED_EACH = 20
 
 __all__ = ["BrokerSettings", "FetcherManagerProtocol", "Partition", "ReplicaManager", "TopicPartition", "now_ms"]
 

@@ -122,14 +122,39 @@ class AdminManager:
                 r.error_code = e.wire_code
                 r.error_message = e.message
         if created:
-            deadline = time.monotonic() + min(max(0, req.timeout_ms), self.config.request_timeout_ms) / 1000.0
-            while time.monotonic() < deadline and not all(self._is_led(t) for t in created):
-                await asyncio.sleep(0.02)
+            await self._until_metadata_shows(lambda: all(self._is_led(t) for t in created),
+                                             min(max(0, req.timeout_ms), self.config.request_timeout_ms) / 1000.0)
             for r in resp.topics:
                 if r.name in created and not self._is_led(r.name):
                     r.error_code = errors.wire_code(errors.RequestTimedOutError.code)
                     r.error_message = "topic created; its leaders were not elected within the timeout"
         return resp
+
+    async def _until_metadata_shows(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait, at most ``timeout_s``, until ``done()`` holds, looking again after each metadata
+        update (Kafka's DelayedCreatePartitions, completed by UpdateMetadata): the answer goes as
+        soon as the controller's UpdateMetadata shows the new leaders, not at the next poll (a 20 ms
+        poll was ~5% of creating a 100-partition topic, issue 29)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not done():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            updated: asyncio.Future[None] = loop.create_future()
+
+            def wake(fut: asyncio.Future[None] = updated) -> None:
+                if not fut.done():
+                    fut.set_result(None)
+
+            self.metadata.listeners.append(wake)
+            try:
+                await asyncio.wait_for(updated, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                self.metadata.listeners.remove(wake)
+        return True
 
     def _is_led(self, topic: str) -> bool:
         parts = self.metadata.partitions.get(topic) or {}
@@ -272,9 +297,8 @@ class AdminManager:
                 return {n: all((p := self.metadata.partition(n, i)) is not None and p.leader >= 0
                                for i in range(c)) for n, c in grown.items()}
 
-            deadline = time.monotonic() + min(max(0, req.timeout_ms), self.config.request_timeout_ms) / 1000.0
-            while time.monotonic() < deadline and not all(led().values()):
-                await asyncio.sleep(0.02)
+            await self._until_metadata_shows(lambda: all(led().values()),
+                                             min(max(0, req.timeout_ms), self.config.request_timeout_ms) / 1000.0)
             done = led()
             for r in resp.results:
                 if r.name in grown and not done[r.name]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proto import minikafka_pb2 as pb
@@ -25,6 +26,10 @@ class MetadataCache:
     controller_epoch: int = 0
     brokers: dict[int, pb.BrokerEndpoint] = field(default_factory=dict)
     partitions: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
+    # Called after every update, on the updater's thread (the broker's event loop): a request that
+    # waits for the metadata to show something (CreateTopics until its topics are led) looks again
+    # then, instead of polling.
+    listeners: list[Callable[[], None]] = field(default_factory=list)
 
     def update(self, req: pb.UpdateMetadataRequest) -> None:
         self.controller_id = req.controller_id
@@ -38,6 +43,8 @@ class MetadataCache:
             self.partitions.setdefault(s.topic_name, {})[s.partition_index] = PartitionInfo(
                 s.leader, s.leader_epoch, tuple(s.replicas), tuple(s.isr), tuple(s.offline_replicas),
                 s.controller_epoch, s.zk_version)
+        for listener in list(self.listeners):
+            listener()
 
     def topics(self) -> list[str]:
         return sorted(self.partitions)

@@ -16,7 +16,7 @@ from sim_zk import SimKazooClient, SimZooKeeper
 from controller.controller import ControllerSettings, KafkaController
 from controller.events import BrokerChange, Expire, TopicChange
 from zk.client import KafkaZkClient
-from zk.data import NO_LEADER, BrokerRegistration, Endpoint
+from zk.data import NO_LEADER, BrokerRegistration, Endpoint, LeaderAndIsr, LeaderIsrAndControllerEpoch
 
 RETRY = {"max_tries": 3, "delay": 0.1, "max_delay": 1.0, "ignore_expire": False}
 
@@ -430,3 +430,45 @@ def test_elections_are_logged_once_committed_and_summed_up_by_the_thousand(monke
     lines = [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "election"]
     assert 1 <= len(lines) <= 2 and all(" offline elections led by " in m for m in lines), lines
     assert sum(int(m.split()[1]) for m in lines) == h2.controller.elections - before >= n
+
+
+def test_a_new_topic_is_led_without_a_read_per_partition(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29: a new topic's first leaders read each partition's state znode twice and asked
+    whether both its parents exist - ~300 reads for 100 partitions, most of the controller's time
+    per CreateTopics of 100 partitions. A getChildren of the topic's ``partitions`` znode says
+    which exist (none, for a new topic): no read per partition."""
+    h = started()
+    per_partition: list[str] = []
+    for name in ("get", "exists"):
+        real = getattr(h.client, name)
+
+        def counted(path: str, *a: Any, real: Any = real, **kw: Any) -> Any:
+            if path.startswith("/brokers/topics/new/partitions"):
+                per_partition.append(path)
+            return real(path, *a, **kw)
+
+        monkeypatch.setattr(h.client, name, counted)
+    h.gateway("admin")[0].create_topic("new", {p: [1, 2, 3] for p in range(100)}, {})
+    h.run()
+    led = {tp for tp, s in h.controller.ctx.leadership.items() if tp[0] == "new" and s.leader_and_isr.leader != NO_LEADER}
+    assert led == {("new", p) for p in range(100)}
+    assert per_partition == []
+    gw = h.gateway("check")[0]
+    assert len(gw.get_partition_states([("new", p) for p in range(100)])) == 100  # the state znodes were written
+
+
+def test_a_new_topic_whose_state_znodes_exist_keeps_them() -> None:
+    """The other side of the same read: a topic whose first state znodes were written already (by
+    a controller that died before it sent them) keeps them - those partitions are not initialised
+    again, the others are."""
+    h = started()
+    gw = h.gateway("admin")[0]
+    gw.create_topic("half", {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}, {})
+    written = LeaderIsrAndControllerEpoch(LeaderAndIsr(2, 4, (2, 3)), 1)
+    assert gw.create_partition_state("half", 1, written) == 0
+    h.run()
+    states = gw.get_partition_states([("half", p) for p in range(3)])
+    assert states[("half", 1)].leader_and_isr.leader == 2  # taken as it was (its ISR may elect anew: epoch 4+)
+    assert states[("half", 1)].leader_and_isr.leader_epoch >= 4
+    assert states[("half", 0)].leader_and_isr.leader == 1 and states[("half", 2)].leader_and_isr.leader == 3
+    assert states[("half", 0)].leader_and_isr.leader_epoch == 0

@@ -144,3 +144,24 @@ def test_a_log_whose_directory_was_removed_meanwhile_is_not_adopted(tmp_path: Pa
     shutil.rmtree(tmp_path / "logs0" / "gone-0")
     lm.adopt_logs(opened, lambda _t: LogConfig())
     assert lm.get_log("gone", 0) is None and lm.get_log("kept", 0) is not None
+
+
+def test_a_partition_directory_that_is_a_link_out_of_the_log_directory_is_refused(tmp_path: Path) -> None:
+    """S13.3: a partition's directory lies directly inside its log directory. A legal name cannot
+    leave it, so only a symbolic link there is resolved (one lstat per new log, not a resolve of
+    every path component): one pointing out is refused, on the loop's path and the threads' alike."""
+    from proto.errors import InvalidTopicError
+
+    lm, _rm = managers(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "logs0" / "t-0").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(InvalidTopicError):
+        lm.get_or_create_log("t", 0, 0)
+    opened = lm.open_new_logs([("t", 0, LogConfig()), ("t", 1, LogConfig())], 0, threads=1)
+    assert [tp for tp, _log in opened] == [("t", 1)]
+    assert not any(outside.iterdir())  # nothing was written through the link
+    inside = tmp_path / "logs0" / "in-place"
+    inside.mkdir()
+    (tmp_path / "logs0" / "u-0").symlink_to(inside, target_is_directory=True)  # a link that stays inside
+    assert lm.get_or_create_log("u", 0, 0) is not None
