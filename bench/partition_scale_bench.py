@@ -153,18 +153,38 @@ GC_METRICS = {"minikafka_gc_full_collections_total": "full_collections",
               "minikafka_gc_thaws_total": "thaws"}
 
 
+def _scrape(url: str) -> str:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return str(r.read().decode())
+    except OSError:
+        return ""
+
+
+def request_counts(metrics: dict[int, str]) -> dict[str, float]:
+    """Over every broker, from its Prometheus endpoint: Produce requests handled (every listener)
+    and follower fetches sent (full and incremental) so far."""
+    out = {"produce_requests": 0.0, "follower_fetches": 0.0}
+    for url in metrics.values():
+        for line in _scrape(url).splitlines():
+            name, _, value = line.rpartition(" ")
+            if name == 'minikafka_requests_total{api="Produce"}':
+                out["produce_requests"] += float(value)
+            elif name.startswith("minikafka_replica_fetches_total{"):
+                out["follower_fetches"] += float(value)
+    return out
+
+
 def gc_figures(metrics: dict[int, str]) -> dict[str, dict[str, float]]:
     """Each broker's full garbage collections since it started (broker.server.gc_pauses), from its
     Prometheus endpoint: how many, the longest and the last pause (ms), freezes and thaws."""
-    import urllib.request
-
     out: dict[str, dict[str, float]] = {}
     for b, url in sorted(metrics.items()):
         figures: dict[str, float] = {}
-        try:
-            with urllib.request.urlopen(url, timeout=10) as r:
-                text = r.read().decode()
-        except OSError:
+        text = _scrape(url)
+        if not text:
             continue
         for line in text.splitlines():
             name, _, value = line.partition(" ")
@@ -371,9 +391,11 @@ class _MinikafkaProducer:
 
 
 def produce_phase(kafka_bootstrap: str, targets: list[Partition], args: argparse.Namespace,
-                  pids: dict[int, int], records: int, profile_label: str | None = None) -> dict[str, Any]:
+                  pids: dict[int, int], records: int, profile_label: str | None = None,
+                  metrics: dict[int, str] | None = None) -> dict[str, Any]:
     """Round-robin over ``targets``, bounded by ``records`` and ``--phase-seconds``: records/s and
-    CPU of what was acknowledged within the bound."""
+    CPU of what was acknowledged within the bound, and (with ``metrics``) the Produce requests and
+    follower fetches the brokers counted meanwhile."""
     p: Any
     if args.client == "minikafka":
         p = _MinikafkaProducer(kafka_bootstrap, args)
@@ -421,6 +443,7 @@ def produce_phase(kafka_bootstrap: str, targets: list[Partition], args: argparse
         first_error.clear()
 
         window = CpuWindow(pids)
+        counts0 = request_counts(metrics) if metrics else {}
         with py_spy(pids, args.profile_dir if profile_label else None, profile_label or ""):
             window.start()
             deadline = window.wall0 + args.phase_seconds
@@ -436,6 +459,7 @@ def produce_phase(kafka_bootstrap: str, targets: list[Partition], args: argparse
                 sent += 1
             unflushed = p.flush(max(0.0, deadline - time.perf_counter()))
             window.stop()
+        counts = {k: v - counts0[k] for k, v in request_counts(metrics).items()} if metrics else {}
         acked = delivered
         if unflushed:
             p.purge()
@@ -450,7 +474,8 @@ def produce_phase(kafka_bootstrap: str, targets: list[Partition], args: argparse
             "complete": acked == records, "warm_up_complete": warm_ok, "seconds": round(window.wall_s, 2),
             "records_per_sec": round(acked / window.wall_s) if window.wall_s > 0 else 0,
             "broker_cpu_s": {str(b): round(s, 2) for b, s in sorted(window.broker_s.items())},
-            "broker_cpu_us_per_record": round(per_record, 2), "client_cpu_s": round(window.client_s, 2)}
+            "broker_cpu_us_per_record": round(per_record, 2), "client_cpu_s": round(window.client_s, 2),
+            "requests": {k: int(v) for k, v in counts.items()}}
 
 
 def idle_phase(pids: dict[int, int], zk_pid: int, seconds: float) -> dict[str, Any]:
@@ -558,10 +583,10 @@ def measure_level(level: dict[str, Any], kbs: str, pids: dict[int, int], zk_pid:
     level["idle"] = idle_phase(pids, zk_pid, args.idle_seconds)
     level["memory_after_create"] = memory_and_files(pids)
     level["hot"] = produce_phase(kbs, hot, args, pids, args.hot_records,
-                                 profile_label=f"hot-{len(spread)}")  # hot with len(spread) others
+                                 profile_label=f"hot-{len(spread)}", metrics=metrics)  # hot with len(spread) others
     time.sleep(args.settle_seconds)
     level["spread"] = produce_phase(kbs, spread, args, pids, args.records,
-                                    profile_label=f"spread-{len(spread)}")
+                                    profile_label=f"spread-{len(spread)}", metrics=metrics)
     level["memory_after_produce"] = memory_and_files(pids)
     level["gc_after_produce"] = gc_figures(metrics)
 
@@ -723,6 +748,11 @@ def report(r: dict[str, Any]) -> None:
             if not x["warm_up_complete"]:
                 note += "; warm-up not all acknowledged"
             cpu = ", ".join(f"broker {b} {v}" for b, v in x["broker_cpu_s"].items())
+            req = x.get("requests") or {}
+            if req and x["acknowledged"]:
+                n = x["acknowledged"]
+                note += (f"; {req['produce_requests']:,} Produce requests and {req['follower_fetches']:,} follower "
+                         f"fetches ({req['produce_requests'] / n:.3f} and {req['follower_fetches'] / n:.3f} per record)")
             print(f"{phase} at {name}: {x['acknowledged']:,} records over {x['partitions']:,} partitions in "
                   f"{x['seconds']} s; CPU s: {cpu}, client ({r.get('client', 'librdkafka')}) {x['client_cpu_s']}{note}")
     for name, level in (("~50", s), (f"N={r['partitions']:,}", g)):
