@@ -173,6 +173,18 @@ def parse_topic_partition(dir_name: str) -> tuple[str, int]:
     return topic, int(part)
 
 
+class OffsetsClock:
+    """Ticks whenever a log's high watermark, log start offset or recovery point may have changed:
+    the offsets the log manager checkpoints. The manager gives one clock to all its logs, and
+    looks at no log for a checkpoint when it has not ticked since the last one (an idle broker
+    walked every partition every 5 s for its high-watermark checkpoint, issue 29)."""
+
+    __slots__ = ("ticks",)
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+
 class Log:
     """A partition replica's log. Not thread-safe: one event loop owns it."""
 
@@ -187,6 +199,9 @@ class Log:
         self.log_end_offset = 0
         self.high_watermark = 0
         self.recovery_point = 0
+        # Ticked below wherever those three offsets are set after the log is open (its own
+        # clock until a log manager gives it the manager's).
+        self.offsets_clock = OffsetsClock()
         self.epoch_cache = LeaderEpochCache()
         self._unflushed_records = 0
         self._last_flush_ms = 0
@@ -756,6 +771,7 @@ class Log:
     def update_high_watermark(self, offset: int) -> int:
         """Store the high watermark, clamped to [log_start_offset, LEO]; returns it."""
         self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        self.offsets_clock.ticks += 1
         if self._producer_state is not None:
             self._producer_state.prune_replicated(self.high_watermark)
         return self.high_watermark
@@ -772,6 +788,7 @@ class Log:
         if new_offset <= self.log_start_offset:
             return False
         self.log_start_offset = new_offset
+        self.offsets_clock.ticks += 1
         if self.epoch_cache.truncate_from_start(new_offset):
             self._checkpoint_epochs()
         return True
@@ -821,6 +838,7 @@ class Log:
         if self._epochs_dirty_from is not None and self._epochs_dirty_from < offset:
             self._checkpoint_epochs()
         self.recovery_point = offset
+        self.offsets_clock.ticks += 1
         self._max_recovery_point = max(self._max_recovery_point, offset)
 
     # ------------------------------------------------------------ truncation
@@ -854,6 +872,7 @@ class Log:
         self._bases.clear()
         self._add_segment(new_offset, now_ms)
         self.log_start_offset = self.log_end_offset = new_offset
+        self.offsets_clock.ticks += 1
         if self.epoch_cache.clear():
             self._checkpoint_epochs()
         self._after_truncation()
@@ -864,6 +883,7 @@ class Log:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(max(self.recovery_point, self.log_start_offset), self.log_end_offset)
+        self.offsets_clock.ticks += 1
         self._max_recovery_point = max(self._max_recovery_point, self.recovery_point)
         if self.epoch_cache.truncate_from_end(self.log_end_offset):
             self._checkpoint_epochs()
@@ -899,6 +919,7 @@ class Log:
         del self._segments[:n]
         del self._bases[:n]
         self.log_start_offset = max(self.log_start_offset, self._bases[0])
+        self.offsets_clock.ticks += 1
         if self.epoch_cache.truncate_from_start(self.log_start_offset):
             self._checkpoint_epochs()
         return n

@@ -35,6 +35,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from operator import attrgetter
 from pathlib import Path
 from typing import IO
 
@@ -48,8 +49,8 @@ from broker.log.checkpoint import (
     write_atomically,
     write_offsets,
 )
-from broker.log.config import LogConfig
-from broker.log.log import Log, RolledSegment, parse_topic_partition
+from broker.log.config import LONG_MAX, LogConfig
+from broker.log.log import Log, OffsetsClock, RolledSegment, parse_topic_partition
 from broker.log.log_cleaner import LogCleaner
 from proto.errors import InvalidTopicError, KafkaStorageError
 from proto.names import TopicPartition, topic_name_error, validate_partition
@@ -90,6 +91,14 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()
         self._checkpoint_seq = 0
         self._checkpoint_written: dict[str, int] = {}
+        # What each checkpoint file was last given to write (dropped if that write fails): an
+        # unchanged one is not written again (an idle broker rewrote every partition's high
+        # watermark every 5 s: most of its idle CPU at 10,000 partitions, issue 29).
+        self._checkpoint_content: dict[str, list[tuple[Path, dict[TopicPartition, int]]]] = {}
+        # Every log's offsets clock (see OffsetsClock), and its reading at each checkpoint's last
+        # snapshot: unmoved, the snapshot would be the same, so no log is looked at.
+        self._offsets_clock = OffsetsClock()
+        self._checkpoint_clock: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         # Log compaction (created at start-up, once the directories are locked).
         self.cleaner: LogCleaner | None = None
@@ -139,13 +148,11 @@ class LogManager:
                 except Exception as e:
                     self._quarantine(Path(entry.path), f"cannot be loaded: {e!r}")
                     continue
-                self._defer(log)
-                self._logs[tp] = log
-                self._dir_of[tp] = d
+                self._register(tp, log, d)
             # From here on a crash must be detected: the marker goes until the next clean stop.
             marker.unlink(missing_ok=True)
         self.checkpoint_recovery_points()
-        self.cleaner = LogCleaner(self.default_config.cleaner, self.log_dirs, self._logs_with_dirs,
+        self.cleaner = LogCleaner(self.default_config.cleaner, self.log_dirs, self._compacted_logs,
                                   lambda tp: self.get_log(*tp))
 
     def defer_roll_flushes(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -158,8 +165,11 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.start(loop)  # the cleaner's swaps run on ``loop``, which owns the logs
 
-    def _logs_with_dirs(self) -> list[tuple[TopicPartition, Log, Path]]:
-        return [(tp, log, self._dir_of[tp]) for tp, log in self._logs.items()]
+    def _compacted_logs(self) -> list[tuple[TopicPartition, Log, Path]]:
+        """The logs the cleaner may clean (cleanup.policy compact), with their directories: the
+        cleaner looks at each of them on every pass (log.cleaner.backoff.ms), so the others are
+        left out here (a tuple per log of every partition was most of its pass at 10,000)."""
+        return [(tp, log, self._dir_of[tp]) for tp, log in list(self._logs.items()) if log.config.compact]
 
     def logs_by_dir(self) -> dict[Path, list[tuple[TopicPartition, Log]]]:
         """Every log directory (those without logs too), in configured order, with its logs
@@ -275,9 +285,7 @@ class LogManager:
                 continue
             _set_config(log, config_for_topic(tp[0]))
             log.parent_dir_unsynced = True  # fsynced with its first flush (see Log.parent_dir_unsynced)
-            self._defer(log)
-            self._logs[tp] = log
-            self._dir_of[tp] = self.log_dirs[0]
+            self._register(tp, log, self.log_dirs[0])
 
     def get_or_create_log(self, topic: str, partition: int, now_ms: int,
                           config: LogConfig | None = None) -> Log:
@@ -296,10 +304,16 @@ class LogManager:
         log = Log.open(self._replica_dir(d, topic, partition), topic, partition,
                        config or self._config_for_topic(topic), now_ms=now_ms)
         log.parent_dir_unsynced = True  # fsynced with its first flush (see Log.parent_dir_unsynced)
+        self._register(tp, log, d)
+        return log
+
+    def _register(self, tp: TopicPartition, log: Log, d: Path) -> None:
+        """``log`` is this manager's, in directory ``d``: it shares the manager's offsets clock."""
         self._defer(log)
+        log.offsets_clock = self._offsets_clock
+        self._offsets_clock.ticks += 1  # a log more: the checkpoints change
         self._logs[tp] = log
         self._dir_of[tp] = d
-        return log
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Remove a replica's log: renamed first, so a crash mid-delete finishes at next start.
@@ -308,6 +322,7 @@ class LogManager:
         left by a crash), so StopReplica(delete) and DeleteTopics always leave nothing behind."""
         tp = (topic, partition)
         log = self._logs.pop(tp, None)
+        self._offsets_clock.ticks += 1  # a log less: the checkpoints change
         if self.cleaner is not None:
             self.cleaner.forget(tp)
         dirs = [self._dir_of.pop(tp)] if log is not None else list(self.log_dirs)
@@ -337,8 +352,11 @@ class LogManager:
         return sum(log.delete_old_segments(now_ms) for log in self._logs.values())
 
     def flush_dirty_logs(self, now_ms: int) -> None:
+        """flush.ms, for the logs that set one: the default (Kafka's, Long.MAX_VALUE) never flushes
+        by time, and a call per log was most of this walk (every 3 s, over every partition)."""
         for log in self._logs.values():
-            log.maybe_flush(now_ms)
+            if log.config.flush_ms < LONG_MAX:
+                log.maybe_flush(now_ms)
 
     def _checkpoint(self, name: str, value: Callable[[Log], int], background: bool = False) -> None:
         """Write checkpoint ``name`` of every directory: the offsets are read here (the logs belong
@@ -348,9 +366,22 @@ class LogManager:
         (issue 29). Writes of one file are serialised, and one older than what is on disk is
         dropped, so a periodic write that finishes late never replaces a newer one (a stale log
         start offset would bring deleted records back after a restart)."""
-        snapshot = [(d, {tp: value(log) for tp, log in self._logs.items() if self._dir_of[tp] == d})
-                    for d in self.log_dirs]
+        ticks = self._offsets_clock.ticks
         with self._checkpoint_lock:
+            if self._checkpoint_clock.get(name) == ticks:
+                return  # no offset moved, no log came or went since the last snapshot
+        if len(self.log_dirs) == 1:  # no directory to look up per log (a Path comparison each)
+            snapshot = [(self.log_dirs[0], {tp: value(log) for tp, log in self._logs.items()})]
+        else:
+            by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+            for tp, log in self._logs.items():
+                by_dir[self._dir_of[tp]][tp] = value(log)
+            snapshot = list(by_dir.items())
+        with self._checkpoint_lock:
+            self._checkpoint_clock[name] = ticks
+            if self._checkpoint_content.get(name) == snapshot:
+                return  # the files hold (or are about to hold) these offsets: nothing to write
+            self._checkpoint_content[name] = snapshot
             self._checkpoint_seq += 1
             seq = self._checkpoint_seq
 
@@ -358,8 +389,14 @@ class LogManager:
             with self._checkpoint_lock:
                 if seq < self._checkpoint_written.get(name, 0):
                     return
-                for d, offsets in snapshot:
-                    write_offsets(d / name, offsets)
+                try:
+                    for d, offsets in snapshot:
+                        write_offsets(d / name, offsets)
+                except BaseException:
+                    if self._checkpoint_content.get(name) is snapshot:
+                        del self._checkpoint_content[name]  # not on disk: the next call writes it again
+                        self._checkpoint_clock.pop(name, None)
+                    raise
                 self._checkpoint_written[name] = seq
 
         if not background or self._flusher is None:
@@ -375,13 +412,13 @@ class LogManager:
         self._flusher.submit(write_logged)
 
     def checkpoint_recovery_points(self, background: bool = False) -> None:
-        self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point, background)
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT, attrgetter("recovery_point"), background)
 
     def checkpoint_log_start_offsets(self, background: bool = False) -> None:
-        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset, background)
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, attrgetter("log_start_offset"), background)
 
     def checkpoint_high_watermarks(self, background: bool = False) -> None:
-        self._checkpoint(HIGH_WATERMARK_CHECKPOINT, lambda log: log.high_watermark, background)
+        self._checkpoint(HIGH_WATERMARK_CHECKPOINT, attrgetter("high_watermark"), background)
 
     # ------------------------------------------------------------ shutdown
 

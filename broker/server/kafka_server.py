@@ -19,6 +19,7 @@ through the ZooKeeper session expiry and log recovery.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 import uuid
@@ -347,11 +348,15 @@ class KafkaServer:
         task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
 
     def _every(self, seconds: float, fn: Any) -> None:
+        """Run ``fn`` every ``seconds`` (awaited when it is a coroutine function: it may slice its
+        work), on the loop, for the life of the server."""
         async def loop() -> None:
             while True:
                 await asyncio.sleep(seconds)
                 try:
-                    fn()
+                    result = fn()
+                    if inspect.isawaitable(result):
+                        await result
                 except Exception:
                     log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 

@@ -305,6 +305,26 @@ def test_flush_messages_policy_advances_recovery_point(tmp_path: Path) -> None:
     assert log2.maybe_flush(now_ms=150) and log2.recovery_point == 3
 
 
+def test_the_broker_flush_walk_flushes_the_logs_that_set_flush_ms(tmp_path: Path) -> None:
+    """LogManager.flush_dirty_logs (every log.flush.scheduler.interval.ms) asks only the logs with a
+    finite flush.ms - a topic override, or a dynamic change - and flushes those that are due."""
+    from broker.log.manager import LogManager
+
+    lm = LogManager([tmp_path / "logs"], LogConfig())
+    lm.startup(0)
+    timed = lm.get_or_create_log("timed", 0, 0, LogConfig(flush_ms=100))
+    default = lm.get_or_create_log("default", 0, 0)
+    fill(timed, 1)
+    fill(default, 1)
+    lm.flush_dirty_logs(now_ms=150)
+    assert timed.recovery_point == timed.log_end_offset > 0
+    assert default.recovery_point == 0
+    lm.update_config("default", LogConfig(flush_ms=100))  # a dynamic topic config change
+    lm.flush_dirty_logs(now_ms=300)
+    assert default.recovery_point == default.log_end_offset
+    lm.shutdown()
+
+
 def test_log_append_time(tmp_path: Path) -> None:
     log = open_log(tmp_path, LogConfig(message_timestamp_type="LogAppendTime"))
     info = log.append_as_leader(batch(["a", "b"], ts=5), 0, now_ms=777)
