@@ -19,7 +19,14 @@ Figures (goal from issue 29 beside each):
    the ratio N / 50 (goal >= 0.5); the brokers' CPU per acknowledged record: the three broker
    processes' utime+stime (``/proc/<pid>/stat``) over the measured phase / records (goal <= 10 us).
    /proc counts CPU in clock ticks (10 ms per process): a phase of a fraction of a second (the
-   ~50-partition ones in a smoke run) gives only a rough per-record figure.
+   ~50-partition ones in a smoke run) gives only a rough per-record figure. Beside it, the
+   baseline of the same run: the CPU of three one-record appends (``writev`` of 170 B, as the
+   leader and both followers each make per record at RF 3) to three of 50 and of N files, with
+   no broker code at all (``write_floor``). Each partition is a file, and the kernel's cost of a
+   small append grows with the files being written (~2 us each over 50 files, ~4-6 us over
+   thousands here): at N the floor is most of the 10 us goal. The phases also count the Produce
+   requests and follower fetches the brokers handled (per record: librdkafka's one request per
+   partition shows there).
 2. **hot produce**: records/s into the 6-partition ``hot`` topic with only the 50 others existing,
    and again with the N others existing idle; the ratio (goal >= 0.95).
 3. **idle**: the three brokers' CPU, in cores, over ``--idle-seconds`` with no client, after the
@@ -133,6 +140,34 @@ def open_files(pid: int) -> int:
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return -1
+
+
+def write_floor(files: int, root: Path, appends: int = 30_000) -> dict[str, float]:
+    """The baseline under the spread figure's CPU goal, measured here on the brokers' file system:
+    CPU microseconds of one small append (a one-record batch, 170 B, one ``writev``) to one of
+    ``files`` files, round-robin over them as the spread phase appends, and the same over 50 files.
+    At RF 3 each record is appended three times (the leader's log and each follower's), so 3x the
+    figure is what the kernel alone takes per record, before any broker code runs."""
+    data = [b"x" * 170]
+    out: dict[str, float] = {}
+    for label, n in (("few", 50), ("many", files)):
+        d = Path(tempfile.mkdtemp(prefix="write-floor-", dir=root))
+        fds = [os.open(d / f"{i:020d}.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644) for i in range(n)]
+        try:
+            for fd in fds:  # the first append to each file (its first block) is not the steady state
+                os.writev(fd, data)
+            rounds = max(1, appends // n)
+            cpu0 = time.process_time()
+            for _ in range(rounds):
+                for fd in fds:
+                    os.writev(fd, data)
+            out[f"{label}_us_per_append"] = round(1e6 * (time.process_time() - cpu0) / (rounds * n), 2)
+        finally:
+            for fd in fds:
+                os.close(fd)
+            shutil.rmtree(d, ignore_errors=True)
+    out["files"] = files
+    return out
 
 
 def loadavg() -> str:
@@ -650,6 +685,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"kept: {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
+    result["write_floor"] = write_floor(args.partitions, root.parent)
     result["loadavg_end"] = loadavg()
     return result
 
@@ -715,6 +751,11 @@ def report(r: dict[str, Any]) -> None:
                  gc.get("leaders_s"), "",
                  f"<= 20 s at 10,000 (requests answered after {cell(gc.get('request_s'))} s; "
                  f"ISRs full after {cell(gc.get('isr_full_s'))} s)"))
+    floor = r.get("write_floor")
+    if floor:
+        rows.insert(2, ("baseline: 3 appends of 170 B (kernel), us", round(3 * floor["few_us_per_append"], 2),
+                        round(3 * floor["many_us_per_append"], 2), "",
+                        f"one writev to one of 50 / {floor['files']:,} files, x3 (RF 3): the floor under the line above"))
     for x_label, a, b, q, goal in rows:
         print(f"{x_label:{w}} {cell(a, ',' if isinstance(a, int) else ''):>{c}} "
               f"{cell(b, ',' if isinstance(b, int) else ''):>{c}} {q:>9}   {goal}".rstrip())
