@@ -358,17 +358,19 @@ class LogManager:
             if log.config.flush_ms < LONG_MAX:
                 log.maybe_flush(now_ms)
 
-    def _checkpoint(self, name: str, value: Callable[[Log], int], background: bool = False) -> None:
+    def _checkpoint(self, name: str, value: Callable[[Log], int], background: bool = False,
+                    force: bool = False) -> None:
         """Write checkpoint ``name`` of every directory: the offsets are read here (the logs belong
         to the caller's thread, the loop), the file written here or, ``background``, on the
         flusher thread. At 10,000 partitions a write (sort, format, write, fsync) is 5 ms on a
         quiet disk and far more on a busy one, every 5 s for the high watermarks: off the loop
         (issue 29). Writes of one file are serialised, and one older than what is on disk is
         dropped, so a periodic write that finishes late never replaces a newer one (a stale log
-        start offset would bring deleted records back after a restart)."""
+        start offset would bring deleted records back after a restart). Unless ``force`` (shutdown),
+        a checkpoint whose offsets did not change is not written again."""
         ticks = self._offsets_clock.ticks
         with self._checkpoint_lock:
-            if self._checkpoint_clock.get(name) == ticks:
+            if self._checkpoint_clock.get(name) == ticks and not force:
                 return  # no offset moved, no log came or went since the last snapshot
         if len(self.log_dirs) == 1:  # no directory to look up per log (a Path comparison each)
             snapshot = [(self.log_dirs[0], {tp: value(log) for tp, log in self._logs.items()})]
@@ -379,7 +381,7 @@ class LogManager:
             snapshot = list(by_dir.items())
         with self._checkpoint_lock:
             self._checkpoint_clock[name] = ticks
-            if self._checkpoint_content.get(name) == snapshot:
+            if self._checkpoint_content.get(name) == snapshot and not force:
                 return  # the files hold (or are about to hold) these offsets: nothing to write
             self._checkpoint_content[name] = snapshot
             self._checkpoint_seq += 1
@@ -411,14 +413,14 @@ class LogManager:
 
         self._flusher.submit(write_logged)
 
-    def checkpoint_recovery_points(self, background: bool = False) -> None:
-        self._checkpoint(RECOVERY_POINT_CHECKPOINT, attrgetter("recovery_point"), background)
+    def checkpoint_recovery_points(self, background: bool = False, force: bool = False) -> None:
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT, attrgetter("recovery_point"), background, force)
 
-    def checkpoint_log_start_offsets(self, background: bool = False) -> None:
-        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, attrgetter("log_start_offset"), background)
+    def checkpoint_log_start_offsets(self, background: bool = False, force: bool = False) -> None:
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, attrgetter("log_start_offset"), background, force)
 
-    def checkpoint_high_watermarks(self, background: bool = False) -> None:
-        self._checkpoint(HIGH_WATERMARK_CHECKPOINT, attrgetter("high_watermark"), background)
+    def checkpoint_high_watermarks(self, background: bool = False, force: bool = False) -> None:
+        self._checkpoint(HIGH_WATERMARK_CHECKPOINT, attrgetter("high_watermark"), background, force)
 
     # ------------------------------------------------------------ shutdown
 
@@ -434,9 +436,11 @@ class LogManager:
         if logs:
             with ThreadPoolExecutor(min(SHUTDOWN_FLUSH_THREADS, len(logs)), thread_name_prefix="log-shutdown") as pool:
                 list(pool.map(_flush_and_close, logs))  # re-raises the first failure
-        self.checkpoint_recovery_points()
-        self.checkpoint_log_start_offsets()
-        self.checkpoint_high_watermarks()
+        # Written whatever the skips above say: the last word before the clean-shutdown marker
+        # (the flushes just ran on several threads, each ticking the offsets clock).
+        self.checkpoint_recovery_points(force=True)
+        self.checkpoint_log_start_offsets(force=True)
+        self.checkpoint_high_watermarks(force=True)
         for d in self.log_dirs:
             write_atomically(d / CLEAN_SHUTDOWN_FILE, b"")
         self._release()

@@ -417,6 +417,7 @@ class SocketServer:
                     if conn.broken:
                         continue  # the connection is going: nothing more is written
                     outs: list[bytes] = []
+                    failure: Exception | None = None  # of an answer behind the first: sent after those before it
                     try:
                         out = self.handler.encode_pending(conn, item.token, await _ready(item))
                         while out is not None and answers.qsize() and len(taken) < MAX_ANSWERS_PER_WRITE:
@@ -428,11 +429,16 @@ class SocketServer:
                                 out = b""
                                 break
                             taken.append(nxt)
-                            out = self.handler.encode_pending(conn, nxt.token, _result(nxt))
+                            try:
+                                out = self.handler.encode_pending(conn, nxt.token, _result(nxt))
+                            except Exception as e:
+                                failure, out = e, None
                         if out:
                             outs.append(out)
                         if outs:
                             writer.writelines(outs)  # one send (uvloop: one writev)
+                        if failure is not None:
+                            raise failure  # as if its answer had been waited for alone
                         if out is None:
                             conn.broken = True
                             writer.close()  # after the answers before it: close flushes them first

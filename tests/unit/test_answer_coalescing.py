@@ -179,3 +179,21 @@ def test_a_writer_cancelled_while_it_waits_gives_back_what_it_took() -> None:
         assert conn.answers.qsize() == 1
         assert server.budget.held_by(conn) == FRAME
     asyncio.run(run())
+
+
+def test_an_answer_that_failed_sends_those_before_it_and_closes() -> None:
+    """An answer whose work raised (a bug, or the broker stopping) ends the connection, as when each
+    answer was written alone: the answers before it still go out first."""
+    async def run() -> None:
+        server, _ = _server()
+        conn, writer = _connection(server), _Writer()
+        futures = await _queue(server, conn, [b"a", b"b", None, b"d"])
+        futures[2].set_exception(ConnectionAbortedError("the answer was cancelled"))
+        task = asyncio.get_running_loop().create_task(server._write_answers(conn, writer))  # type: ignore[arg-type]
+        await _until_written(conn)
+        assert writer.sends == [b"ab"] and writer.closed and conn.broken
+        assert server.budget.in_flight == 0
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    asyncio.run(run())
