@@ -24,9 +24,12 @@ Figures (goal from issue 29 beside each):
    leader and both followers each make per record at RF 3) to three of 50 and of N files, with
    no broker code at all (``write_floor``). Each partition is a file, and the kernel's cost of a
    small append grows with the files being written (~2 us each over 50 files, ~4-6 us over
-   thousands here): at N the floor is most of the 10 us goal. The phases also count the Produce
-   requests and follower fetches the brokers handled (per record: librdkafka's one request per
-   partition shows there).
+   thousands here): at N the floor is most of the 10 us goal. With ``--count-requests`` the phases
+   also count the Produce requests and follower fetches the brokers handled (per record:
+   librdkafka's one request per partition shows there), from each broker's metrics before and
+   after the phase. Off by default: at 10,000 partitions a scrape renders ~50,000 objects (the
+   per-partition gauges), and the full garbage collections that provokes (10-20 ms here) would be
+   counted in figure 6.
 2. **hot produce**: records/s into the 6-partition ``hot`` topic with only the 50 others existing,
    and again with the N others existing idle; the ratio (goal >= 0.95).
 3. **idle**: the three brokers' CPU, in cores, over ``--idle-seconds`` with no client, after the
@@ -73,7 +76,7 @@ holding the GIL, so the samples are Python's CPU, not time inside system calls).
     python bench/partition_scale_bench.py [--partitions 3000] [--records 200000] [--phase-seconds 120]
                                           [--topic-partitions 100] [--create-batch 1] [--idle-seconds 10]
                                           [--failover] [--client librdkafka|minikafka] [--profile-dir DIR]
-                                          [--json]
+                                          [--count-requests] [--json]
     python bench/partition_scale_bench.py --partitions 300 --records 20000     # quick smoke run
 """
 
@@ -617,11 +620,12 @@ def measure_level(level: dict[str, Any], kbs: str, pids: dict[int, int], zk_pid:
     time.sleep(args.settle_seconds)
     level["idle"] = idle_phase(pids, zk_pid, args.idle_seconds)
     level["memory_after_create"] = memory_and_files(pids)
+    counted = metrics if args.count_requests else None
     level["hot"] = produce_phase(kbs, hot, args, pids, args.hot_records,
-                                 profile_label=f"hot-{len(spread)}", metrics=metrics)  # hot with len(spread) others
+                                 profile_label=f"hot-{len(spread)}", metrics=counted)  # hot with len(spread) others
     time.sleep(args.settle_seconds)
     level["spread"] = produce_phase(kbs, spread, args, pids, args.records,
-                                    profile_label=f"spread-{len(spread)}", metrics=metrics)
+                                    profile_label=f"spread-{len(spread)}", metrics=counted)
     level["memory_after_produce"] = memory_and_files(pids)
     level["gc_after_produce"] = gc_figures(metrics)
 
@@ -849,6 +853,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="py-spy record each broker while the N partitions are created and during the hot and spread phases, "
                          "and the surviving brokers during the controller SIGKILL (collapsed stacks, thread "
                          "names first, here)")
+    ap.add_argument("--count-requests", action="store_true",
+                    help="count each produce phase's Produce requests and follower fetches from the brokers' metrics "
+                         "(off by default: a scrape at 10,000 partitions provokes full garbage collections of its own)")
     ap.add_argument("--keep-dir", action="store_true",
                     help="keep the cluster's directory (brokers' and ZooKeeper's logs) and print where")
     ap.add_argument("--json", action="store_true")
