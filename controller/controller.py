@@ -78,6 +78,7 @@ from controller.partition_state_machine import (
     change_leadership,
     elect,
     mark_offline,
+    partition_znodes,
     replica_transition,
     transition,
     trigger_online_partition_state_change,
@@ -671,7 +672,7 @@ class KafkaController:
         ctx.topic_configs[topic] = self.zk.get_topic_config(topic)
         # The state znodes that exist (a topic just created has none: one getChildren, no read per
         # partition), read pipelined.
-        existing = self.zk.get_partition_znodes([topic]).get(topic) or frozenset()
+        existing = partition_znodes(s, [topic])[topic] or frozenset()
         ctx.leadership.update(self.zk.get_partition_states([(topic, p) for p in loaded[0] if p in existing]))
 
     def _arm_watches(self) -> None:

@@ -54,6 +54,18 @@ class Scope:
     # ~1 s per 1,000 new partitions.
     prefetched_states: dict[TopicPartition, LeaderIsrAndControllerEpoch | None] = field(default_factory=dict)
     prefetched_paths: dict[str, bool] = field(default_factory=dict)
+    # Each topic's partitions that have a znode (None: no ``partitions`` znode), read once per event
+    # (``partition_znodes``): the topic's load and its partitions' initialisation both ask.
+    partition_znodes: dict[str, frozenset[int] | None] = field(default_factory=dict)
+
+
+def partition_znodes(s: Scope, topics: list[str]) -> dict[str, frozenset[int] | None]:
+    """Which partitions of ``topics`` have a znode, read (one getChildren per topic, pipelined) only
+    for the topics this event has not asked about yet."""
+    unknown = [t for t in topics if t not in s.partition_znodes]
+    if unknown:
+        s.partition_znodes.update(s.zk.get_partition_znodes(unknown))
+    return {t: s.partition_znodes[t] for t in topics}
 
 
 def prefetch_new_partitions(s: Scope, tps: list[TopicPartition]) -> None:
@@ -63,7 +75,7 @@ def prefetch_new_partitions(s: Scope, tps: list[TopicPartition]) -> None:
     was most of the controller's time per new topic of 100 partitions, issue 29)."""
     if len(tps) < 2:
         return  # one partition: read as it goes
-    existing = s.zk.get_partition_znodes(sorted({t for t, _p in tps}))
+    existing = partition_znodes(s, sorted({t for t, _p in tps}))
     states = s.zk.get_partition_states([tp for tp in tps if tp[1] in (existing.get(tp[0]) or ())])
     for topic, part in tps:
         parts = existing.get(topic)

@@ -93,6 +93,17 @@ async def _queue(server: SocketServer, conn: Connection, results: list[bytes | N
     return futures
 
 
+def _start(server: SocketServer, conn: Connection, writer: _Writer) -> asyncio.Task[None]:
+    """The connection's answer writer, as the server runs it, over the recording writer."""
+    return asyncio.get_running_loop().create_task(server._write_answers(conn, writer))  # type: ignore[arg-type]
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def _until_written(conn: Connection) -> None:
     await asyncio.wait_for(conn.answers.join(), 5.0)
 
@@ -102,13 +113,11 @@ def test_answers_ready_together_go_in_one_send_in_order() -> None:
         server, _ = _server()
         conn, writer = _connection(server), _Writer()
         await _queue(server, conn, [b"a", b"b", b"c", b"d"])
-        task = asyncio.get_running_loop().create_task(server._write_answers(conn, writer))  # type: ignore[arg-type]
+        task = _start(server, conn, writer)
         await _until_written(conn)
         assert writer.sends == [b"abcd"]
         assert server.budget.in_flight == 0 and server.budget.held_by(conn) == 0
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _stop(task)
     asyncio.run(run())
 
 
@@ -117,7 +126,7 @@ def test_an_answer_not_ready_ends_the_send_and_the_rest_follow_once_it_is() -> N
         server, _ = _server()
         conn, writer = _connection(server), _Writer()
         futures = await _queue(server, conn, [b"a", b"b", None, b"d", b"e"])
-        task = asyncio.get_running_loop().create_task(server._write_answers(conn, writer))  # type: ignore[arg-type]
+        task = _start(server, conn, writer)
         for _ in range(5):
             await asyncio.sleep(0)
         assert writer.sends == [b"ab"]
@@ -126,9 +135,7 @@ def test_an_answer_not_ready_ends_the_send_and_the_rest_follow_once_it_is() -> N
         await _until_written(conn)
         assert writer.sends == [b"ab", b"cde"]
         assert server.budget.in_flight == 0
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _stop(task)
     asyncio.run(run())
 
 
@@ -138,12 +145,10 @@ def test_one_send_holds_at_most_max_answers_per_write() -> None:
         conn, writer = _connection(server), _Writer()
         n = MAX_ANSWERS_PER_WRITE + 3
         await _queue(server, conn, [b"x"] * n)
-        task = asyncio.get_running_loop().create_task(server._write_answers(conn, writer))  # type: ignore[arg-type]
+        task = _start(server, conn, writer)
         await _until_written(conn)
         assert [len(s) for s in writer.sends] == [MAX_ANSWERS_PER_WRITE, 3]
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _stop(task)
     asyncio.run(run())
 
 
@@ -153,13 +158,11 @@ def test_an_answer_that_cannot_be_encoded_sends_those_before_it_and_closes() -> 
         conn, writer = _connection(server), _Writer()
         handler.refuse = b"c"
         await _queue(server, conn, [b"a", b"b", b"c", b"d"])
-        task = asyncio.get_running_loop().create_task(server._write_answers(conn, writer))  # type: ignore[arg-type]
+        task = _start(server, conn, writer)
         await _until_written(conn)
         assert writer.sends == [b"ab"] and writer.closed and conn.broken
         assert server.budget.in_flight == 0  # the unwritten answers' bytes came back too
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _stop(task)
     asyncio.run(run())
 
 
@@ -168,7 +171,7 @@ def test_a_writer_cancelled_while_it_waits_gives_back_what_it_took() -> None:
         server, _ = _server()
         conn, writer = _connection(server), _Writer()
         await _queue(server, conn, [b"a", None, b"c"])
-        task = asyncio.get_running_loop().create_task(server._write_answers(conn, writer))  # type: ignore[arg-type]
+        task = _start(server, conn, writer)
         for _ in range(5):
             await asyncio.sleep(0)
         assert writer.sends == [b"a"]
@@ -189,11 +192,9 @@ def test_an_answer_that_failed_sends_those_before_it_and_closes() -> None:
         conn, writer = _connection(server), _Writer()
         futures = await _queue(server, conn, [b"a", b"b", None, b"d"])
         futures[2].set_exception(ConnectionAbortedError("the answer was cancelled"))
-        task = asyncio.get_running_loop().create_task(server._write_answers(conn, writer))  # type: ignore[arg-type]
+        task = _start(server, conn, writer)
         await _until_written(conn)
         assert writer.sends == [b"ab"] and writer.closed and conn.broken
         assert server.budget.in_flight == 0
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _stop(task)
     asyncio.run(run())

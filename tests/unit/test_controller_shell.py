@@ -439,12 +439,13 @@ def test_a_new_topic_is_led_without_a_read_per_partition(monkeypatch) -> None:  
     which exist (none, for a new topic): no read per partition."""
     h = started()
     per_partition: list[str] = []
-    for name in ("get", "exists"):
+    listed: list[str] = []
+    for name in ("get", "exists", "get_children"):
         real = getattr(h.client, name)
 
-        def counted(path: str, *a: Any, real: Any = real, **kw: Any) -> Any:
+        def counted(path: str, *a: Any, real: Any = real, name: str = name, **kw: Any) -> Any:
             if path.startswith("/brokers/topics/new/partitions"):
-                per_partition.append(path)
+                (listed if name == "get_children" else per_partition).append(path)
             return real(path, *a, **kw)
 
         monkeypatch.setattr(h.client, name, counted)
@@ -453,6 +454,7 @@ def test_a_new_topic_is_led_without_a_read_per_partition(monkeypatch) -> None:  
     led = {tp for tp, s in h.controller.ctx.leadership.items() if tp[0] == "new" and s.leader_and_isr.leader != NO_LEADER}
     assert led == {("new", p) for p in range(100)}
     assert per_partition == []
+    assert listed == ["/brokers/topics/new/partitions"]  # once: the load and the first elections share it
     gw = h.gateway("check")[0]
     assert len(gw.get_partition_states([("new", p) for p in range(100)])) == 100  # the state znodes were written
 
