@@ -271,6 +271,21 @@ def test_expired_transactional_ids_die() -> None:
     assert not core.is_loaded(TID)
 
 
+def test_an_id_never_written_expires_without_a_write() -> None:
+    """A first InitProducerId whose write failed leaves an epoch -1 entry (nothing of it is on the
+    log): expiring it is forgetting it, not a Dead transit (found by the state machine below:
+    Empty -> Dead kept epoch -1 and raised IllegalTransitionError)."""
+    core, pids = TransactionStateMachine(TxnLimits(id_expiration_ms=1000)), Pids()
+    first = core.init_producer_id(TID, 100, 0, pids)
+    assert done(core, first, 0, error=NOT_COORDINATOR).answer == Answer(NOT_COORDINATOR)
+    assert core.get(TID).producer_epoch == -1
+    assert core.expired(999) == [] and core.is_loaded(TID)
+    assert core.expired(1000) == []
+    assert not core.is_loaded(TID)
+    # The id starts afresh: a new producer id at epoch 0.
+    assert init(core, pids, now=1001) == (1001, 0)
+
+
 def test_state_table_refuses_what_kafka_refuses() -> None:
     meta = TxnMetadata(TID, 1, -1, 0, -1, 1000, S.EMPTY)
     with pytest.raises(IllegalTransitionError):

@@ -431,14 +431,22 @@ class TransactionStateMachine:
 
     def expired(self, now_ms: int) -> list[Transit]:
         """Idle transactional ids unused for transactional.id.expiration.ms -> Dead (Kafka's
-        ``removeExpiredTransactionalIds``); each returned transit is pending."""
+        ``removeExpiredTransactionalIds``); each returned transit is pending. An id whose first
+        InitProducerId was never written (epoch -1: its write failed) has nothing on the log to
+        tombstone: it is forgotten here, with no transit."""
         out = []
-        for entry in self._entries.values():
+        never_written = []
+        for tid, entry in self._entries.items():
             meta = entry.metadata
             if (meta.state in IDLE and entry.pending is None
                     and meta.last_update_ms + self.limits.id_expiration_ms <= now_ms):
+                if meta.producer_epoch == NO_PRODUCER_EPOCH:
+                    never_written.append(tid)
+                    continue
                 out.append(self._begin(entry, Kind.DEAD, meta.transition(
                     S.DEAD, now_ms, partitions=frozenset(), groups=frozenset())))
+        for tid in never_written:
+            del self._entries[tid]
         return out
 
     def _fence(self, entry: _Entry, kind: Kind, now_ms: int) -> Transit:
