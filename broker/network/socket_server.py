@@ -313,56 +313,69 @@ class SocketServer:
         lim = self.limits
         idle_s = lim.idle_ms / 1000.0
         body_s = lim.request_timeout_ms / 1000.0
-        while True:
-            wait = idle_s
-            deadline = conn.deadline  # a restricted connection's (until it authenticates)
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    self.violation(conn.host, f"no {conn.restricted_until} within its time")
-                    return
-            try:
-                # asyncio.timeout, not wait_for: wait_for makes a task of every read it bounds.
-                async with asyncio.timeout(wait):
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        watch = ReadWatch(loop, task, body_s)
+        try:
+            while True:
+                wait = idle_s
+                deadline = conn.deadline  # a restricted connection's (until it authenticates)
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        self.violation(conn.host, f"no {conn.restricted_until} within its time")
+                        return
+                watch.arm(loop.time() + wait)
+                try:
                     size_bytes = await reader.readexactly(4)
-            except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
-                return  # closed by the peer, or idle for connections.max.idle.ms
-            size = int.from_bytes(size_bytes, "big", signed=True)
-            if not conn.min_frame <= size <= conn.max_frame:
-                when = f" before {conn.restricted_until}" if deadline is not None else ""
-                self.violation(conn.host, f"frame of {size} bytes (at most {conn.max_frame}{when})")
-                return
-            body_wait = body_s
-            if deadline is not None:
-                body_wait = max(0.0, min(body_wait, deadline - time.monotonic()))
-            frame = await self._read_body(reader, conn, size, body_wait, conn.cap)
-            if frame is None:
-                return
-            held = True  # the frame's bytes, until released below or handed to the answer writer
-            try:
-                out = await handler.serve(conn, frame, size)
-                del frame
-                if isinstance(out, Pending):
-                    held = False
-                    conn.answers.put_nowait(out)
-                    continue
-                if out is None:
+                except asyncio.CancelledError:
+                    if watch.timed_out():
+                        return  # idle for connections.max.idle.ms (or a restricted connection's time is up)
+                    raise
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return  # closed by the peer
+                finally:
+                    watch.disarm()
+                size = int.from_bytes(size_bytes, "big", signed=True)
+                if not conn.min_frame <= size <= conn.max_frame:
+                    when = f" before {conn.restricted_until}" if deadline is not None else ""
+                    self.violation(conn.host, f"frame of {size} bytes (at most {conn.max_frame}{when})")
                     return
-                if out:
-                    writer.write(out)
-                    await writer.drain()
-            finally:
-                if held:
-                    await self.budget.release_held(conn, size)
-            if conn.closing:
-                return
+                body_wait = body_s
+                if deadline is not None:
+                    body_wait = max(0.0, min(body_wait, deadline - time.monotonic()))
+                frame = await self._read_body(reader, conn, size, body_wait, conn.cap, watch)
+                if frame is None:
+                    return
+                held = True  # the frame's bytes, until released below or handed to the answer writer
+                try:
+                    out = await handler.serve(conn, frame, size)
+                    del frame
+                    if isinstance(out, Pending):
+                        held = False
+                        conn.answers.put_nowait(out)
+                        continue
+                    if out is None:
+                        return
+                    if out:
+                        writer.write(out)
+                        await writer.drain()
+                finally:
+                    if held:
+                        await self.budget.release_held(conn, size)
+                if conn.closing:
+                    return
+        finally:
+            watch.close()
 
     async def _read_body(self, reader: asyncio.StreamReader, conn: Connection, size: int, timeout_s: float,
-                         cap: int) -> bytes | None:
+                         cap: int, watch: ReadWatch) -> bytes | None:
         """A frame's ``size``-byte body, its bytes reserved in the memory pool as they arrive (held by
         ``conn`` from then on, until released); None - and nothing held - when the connection is to
-        be closed: the body did not arrive in full within ``timeout_s``, the peer went away, or room
-        did not come for bytes that did arrive (``conn`` within ``cap``).
+        be closed: the body did not arrive in full within ``timeout_s`` (``watch`` bounds the
+        reads), the peer went away, or room did not come for bytes that did arrive (``conn`` within
+        ``cap``).
 
         Only what arrived is reserved: a client that announces a big frame and sends a few bytes
         holds those bytes. What is in memory is what is reserved, plus at most one chunk
@@ -374,13 +387,18 @@ class SocketServer:
         got = 0
         try:
             while got < size:
+                watch.arm(deadline)
                 try:
-                    # asyncio.timeout_at, not wait_for: wait_for makes a task of every read it bounds.
-                    async with asyncio.timeout_at(deadline):
-                        # What has arrived, within this frame (one read for most frames).
-                        chunk = await reader.read(min(size - got, READ_CHUNK_BYTES))
-                except (ConnectionError, TimeoutError):
-                    return None  # the peer went away, or the frame did not arrive within request.timeout.ms
+                    # What has arrived, within this frame (one read for most frames).
+                    chunk = await reader.read(min(size - got, READ_CHUNK_BYTES))
+                except asyncio.CancelledError:
+                    if watch.timed_out():
+                        return None  # the frame did not arrive within request.timeout.ms
+                    raise
+                except ConnectionError:
+                    return None  # the peer went away
+                finally:
+                    watch.disarm()
                 if not chunk:
                     return None  # closed by the peer mid-frame
                 if not await self.budget.acquire_arrived(conn, len(chunk), deadline - loop.time(), cap):
@@ -460,6 +478,79 @@ class SocketServer:
                 await self.budget.release_held(conn, ahead.size)
                 conn.room.release()
                 answers.task_done()
+
+
+class ReadWatch:
+    """The deadline of one connection's reads, on one timer for the connection's life.
+
+    A read that does not complete by its deadline (``arm``) is cancelled, as ``asyncio.timeout``
+    would, and ``timed_out`` says so where the read's ``CancelledError`` is caught. But
+    ``asyncio.timeout`` schedules and cancels a timer for every read, two per frame (header and
+    body): ~6% of a leader's loop at one Produce per record (librdkafka spread over thousands of
+    partitions). Here most reads cost two attribute writes: the timer stays scheduled while frames
+    come, and when it fires it only moves itself to the current deadline, unless a read is under
+    way and its deadline has passed. It is never scheduled more than ``horizon_s`` (the shortest
+    deadline a read gets, ``request.timeout.ms``) ahead, so that a later, shorter deadline needs no
+    new timer: an idle connection's timer fires once per ``horizon_s``.
+
+    The task is cancelled only while it awaits a read (``arm`` .. ``disarm``, with no other await
+    between them), so the cancellation surfaces in that read."""
+
+    __slots__ = ("_deadline", "_expired", "_handle", "_horizon_s", "_loop", "_task")
+
+    # A timer that runs this early is taken as due (libuv's timers have millisecond granularity:
+    # re-arming for a remainder under that would spin).
+    SLACK_S = 0.001
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], horizon_s: float) -> None:
+        self._loop = loop
+        self._task = task
+        self._horizon_s = max(horizon_s, self.SLACK_S)
+        self._deadline = float("inf")  # inf: no read under way
+        self._expired = False
+        self._handle: asyncio.TimerHandle | None = None
+
+    def arm(self, deadline: float) -> None:
+        """A read begins that must complete by ``deadline`` (``loop.time()``)."""
+        self._deadline = deadline
+        handle = self._handle
+        if handle is None:
+            self._schedule()
+        elif handle.when() > deadline:  # a shorter deadline than the horizon (restricted connections)
+            handle.cancel()
+            self._schedule()
+
+    def disarm(self) -> None:
+        """The read completed (or failed)."""
+        self._deadline = float("inf")
+
+    def timed_out(self) -> bool:
+        """Whether the ``CancelledError`` of the read being caught is this watch's (then it is
+        consumed: the task is no longer being cancelled), not a cancellation from elsewhere."""
+        if not self._expired:
+            return False
+        self._expired = False
+        return self._task.uncancel() == 0
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _schedule(self) -> None:
+        when = min(self._deadline, self._loop.time() + self._horizon_s)
+        self._handle = self._loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        deadline = self._deadline
+        if deadline == float("inf"):
+            return  # no read under way: the next arm schedules the timer again
+        if self._loop.time() + self.SLACK_S < deadline:
+            self._schedule()
+            return
+        self._expired = True
+        self._task.cancel()
 
 
 async def _ready(item: Pending) -> Any:
