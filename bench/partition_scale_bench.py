@@ -24,12 +24,11 @@ Figures (goal from issue 29 beside each):
    leader and both followers each make per record at RF 3) to three of 50 and of N files, with
    no broker code at all (``write_floor``). Each partition is a file, and the kernel's cost of a
    small append grows with the files being written (~2 us each over 50 files, ~4-6 us over
-   thousands here): at N the floor is most of the 10 us goal. With ``--count-requests`` the phases
-   also count the Produce requests and follower fetches the brokers handled (per record:
-   librdkafka's one request per partition shows there), from each broker's metrics before and
-   after the phase. Off by default: at 10,000 partitions a scrape renders ~50,000 objects (the
-   per-partition gauges), and the full garbage collections that provokes (10-20 ms here) would be
-   counted in figure 6.
+   thousands here): at N the floor is most of the 10 us goal. The phases also count the Produce
+   requests and follower fetches the brokers handled (per record: librdkafka's one request per
+   partition shows there), from each broker's metrics before and after the phase
+   (``--no-count-requests``: not scraped; a scrape at 10,000 partitions set off full garbage
+   collections until the per-partition gauges were made one sample at a time).
 2. **hot produce**: records/s into the 6-partition ``hot`` topic with only the 50 others existing,
    and again with the N others existing idle; the ratio (goal >= 0.95).
 3. **idle**: the three brokers' CPU, in cores, over ``--idle-seconds`` with no client, after the
@@ -853,9 +852,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="py-spy record each broker while the N partitions are created and during the hot and spread phases, "
                          "and the surviving brokers during the controller SIGKILL (collapsed stacks, thread "
                          "names first, here)")
-    ap.add_argument("--count-requests", action="store_true",
-                    help="count each produce phase's Produce requests and follower fetches from the brokers' metrics "
-                         "(off by default: a scrape at 10,000 partitions provokes full garbage collections of its own)")
+    ap.add_argument("--count-requests", action=argparse.BooleanOptionalAction, default=True,
+                    help="count each produce phase's Produce requests and follower fetches from the brokers' metrics")
     ap.add_argument("--keep-dir", action="store_true",
                     help="keep the cluster's directory (brokers' and ZooKeeper's logs) and print where")
     ap.add_argument("--json", action="store_true")
