@@ -250,9 +250,9 @@ class BatchInfo(NamedTuple):
         return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
 
 
-@dataclass(frozen=True, slots=True)
-class BatchesInfo:
-    """The result of one ``validate_batches`` call over a buffer of batches."""
+class BatchesInfo(NamedTuple):
+    """The result of one ``validate_batches`` call over a buffer of batches (a NamedTuple, as
+    ``BatchInfo``: one per append on the leader and on each follower)."""
 
     batches: tuple[BatchInfo, ...]
     record_count: int

@@ -56,7 +56,7 @@ import typing
 import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -146,16 +146,19 @@ class ProtocolError(Exception):
     """The frame is not a request this listener can answer: its connection is closed."""
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
+class Header(NamedTuple):
+    """A request's header (a NamedTuple: one per request, and a frozen dataclass's ``__init__``
+    costs three times a tuple's)."""
+
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class Decoded:
+class Decoded(NamedTuple):
+    """A decoded request frame (a NamedTuple, as ``Header``: one per request)."""
+
     header: Header
     request: Any  # the kio request dataclass of header.api_version (a FastProduce for most Produce)
 
@@ -164,8 +167,7 @@ class Decoded:
         return SUPPORTED[self.header.api_key][0]
 
 
-@dataclass(frozen=True, slots=True)
-class FastProduce:
+class FastProduce(NamedTuple):
     """A Produce read by ``broker.network.kafka_wire_produce`` straight into its protobuf (no kio entity)."""
 
     request: pb.ProduceRequest

@@ -77,6 +77,12 @@ class AckDecision:
     not_enough_replicas: bool = False
 
 
+# The three decisions, made once: one is asked for every delayed produce on each wake-up.
+_ACKED = AckDecision(True)
+_ACKED_TOO_FEW = AckDecision(True, True)
+_NOT_YET = AckDecision(False)
+
+
 class LeaderState:
     def __init__(self, *, local_id: int, leader_epoch: int, replicas: Iterable[int], isr: Iterable[int],
                  zk_version: int, high_watermark: int, log_end_offset: int, now_ms: int) -> None:
@@ -230,8 +236,8 @@ class LeaderState:
     def check_enough_replicas_reach(self, required_offset: int, min_insync_replicas: int) -> AckDecision:
         """S5.1/S5.2 for a delayed acks=all produce ending at ``required_offset`` (exclusive)."""
         if self.high_watermark >= required_offset:
-            return AckDecision(True, len(self.isr) < min_insync_replicas)
-        return AckDecision(False)
+            return _ACKED_TOO_FEW if len(self.isr) < min_insync_replicas else _ACKED
+        return _NOT_YET
 
 
 # What a delayed acks=all produce answers (Kafka's DelayedProduce.tryComplete / onComplete).
