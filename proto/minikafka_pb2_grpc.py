@@ -5,7 +5,7 @@ import warnings
 
 from proto import minikafka_pb2 as proto_dot_minikafka__pb2
 
-GRPC_GENERATED_VERSION = '1.85.4'
+GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
