@@ -87,6 +87,10 @@ bench: setup
 	$(PY) bench/consume_bench.py --records $(BENCH_RECORDS)
 	$(PY) bench/spark_read_bench.py
 	$(PY) bench/txn_bench.py
+	@echo "issue 29: partitions at scale (3,000; then 10,000 with the failovers) and the largest legal requests"
+	$(PY) bench/partition_scale_bench.py --partitions $(SCALE_PARTITIONS) --records $(SCALE_RECORDS) $(SCALE_ARGS)
+	$(PY) bench/partition_scale_bench.py --partitions 10000 --records $(SCALE_RECORDS) --failover
+	$(PY) bench/large_request_bench.py
 
 # Issue 29: what partitions cost - spread and hot produce (librdkafka acks=all), idle CPU, create time,
 # RSS and open files at ~50 and at SCALE_PARTITIONS partitions in one run (several minutes at 3,000).
