@@ -8,8 +8,10 @@ either the old or the new checkpoint, never a torn one.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -36,19 +38,54 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, durable: bool = True) -> None:
+    """``durable=False``: written and renamed, not fsynced - for a caller that syncs the whole
+    file system afterwards (``sync_filesystem``) before anything relies on the file."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def _write_lines(path: Path, lines: list[str]) -> None:
+@functools.cache
+def _syncfs() -> Callable[[int], int] | None:
+    try:
+        fn: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):  # not Linux's C library: callers fsync file by file
+        return None
+    return fn
+
+
+def can_sync_filesystems() -> bool:
+    return _syncfs() is not None
+
+
+def sync_filesystem(path: Path) -> None:
+    """syncfs(2): every file of the file system holding ``path`` made durable, data and metadata
+    (renames, new directory entries) in one call. A clean shutdown of thousands of logs fsynced
+    ~6 files a log (segment, indexes, epoch checkpoint and its directory, a new log's parent):
+    60,000 fsyncs, ~12 s for 10,000 logs here, the journal committing one after another whatever
+    the threads. Raises KafkaStorageError when it fails (Linux reports writeback errors since 5.8)."""
+    syncfs = _syncfs()
+    if syncfs is None:
+        raise KafkaStorageError("syncfs is not available here")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise KafkaStorageError(f"syncfs of {path}'s file system failed: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def _write_lines(path: Path, lines: list[str], durable: bool = True) -> None:
     body = f"{VERSION}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
-    write_atomically(path, body.encode())
+    write_atomically(path, body.encode(), durable)
 
 
 def _read_lines(path: Path, fields: int) -> list[list[str]]:
@@ -84,9 +121,9 @@ def read_offsets(path: Path) -> dict[tuple[str, int], int]:
         raise CorruptCheckpointError(f"{path}: non-numeric partition or offset") from None
 
 
-def write_epoch_entries(path: Path, entries: Iterable[tuple[int, int]]) -> None:
+def write_epoch_entries(path: Path, entries: Iterable[tuple[int, int]], durable: bool = True) -> None:
     """Leader epoch cache: ``epoch start_offset`` lines."""
-    _write_lines(path, [f"{e} {o}" for e, o in entries])
+    _write_lines(path, [f"{e} {o}" for e, o in entries], durable)
 
 
 def read_epoch_entries(path: Path) -> list[tuple[int, int]]:

@@ -113,7 +113,7 @@ class OffsetIndex:
     def reset(self) -> None:
         self._truncate_entries(0)
 
-    def flush(self) -> None:
+    def flush(self, durable: bool = True) -> None:
         # Nothing new: no write, no fsync, not even a stat. An index never written has no entries,
         # so its segment is empty and loading it without a file costs nothing (a clean shutdown of
         # 10,000 idle partitions created and fsynced 20,000 empty index files).
@@ -126,7 +126,8 @@ class OffsetIndex:
             f.write(buf)
             f.truncate()
             f.flush()
-            os.fsync(f.fileno())
+            if durable:  # else the caller syncs the file system (a clean shutdown)
+                os.fsync(f.fileno())
         self._persisted = len(self._rel)
 
 
@@ -202,7 +203,7 @@ class TimeIndex:
     def reset(self) -> None:
         self.truncate_to(self.base_offset)
 
-    def flush(self) -> None:
+    def flush(self, durable: bool = True) -> None:
         if self._persisted == len(self._ts):  # nothing new (see OffsetIndex.flush)
             return
         buf = b"".join(TIME_ENTRY.pack(self._ts[i], self._rel[i]) for i in range(self._persisted, len(self._ts)))
@@ -211,5 +212,6 @@ class TimeIndex:
             f.write(buf)
             f.truncate()
             f.flush()
-            os.fsync(f.fileno())
+            if durable:  # else the caller syncs the file system (a clean shutdown)
+                os.fsync(f.fileno())
         self._persisted = len(self._ts)

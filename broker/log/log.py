@@ -824,9 +824,10 @@ class Log:
             fsync_dir(self.dir.parent)
             self.parent_dir_unsynced = False
 
-    def _checkpoint_epochs(self) -> None:
-        """Write the whole cache durably (atomic rename, fsynced); the file then matches it."""
-        write_epoch_entries(self.dir / LEADER_EPOCH_CHECKPOINT, self.epoch_cache.pairs())
+    def _checkpoint_epochs(self, durable: bool = True) -> None:
+        """Write the whole cache durably (atomic rename, fsynced; ``durable=False``: the caller
+        syncs the file system); the file then matches it."""
+        write_epoch_entries(self.dir / LEADER_EPOCH_CHECKPOINT, self.epoch_cache.pairs(), durable)
         self._epochs_dirty_from = None
 
     def _advance_recovery_point(self, offset: int) -> None:
@@ -937,6 +938,25 @@ class Log:
                 seg.flush()
         if self._epochs_dirty_from is not None:
             self._checkpoint_epochs()
+        self._advance_recovery_point(self.log_end_offset)
+        self._unflushed_records = 0
+
+    def write_out(self) -> None:
+        """``flush`` without its fsyncs, for a clean shutdown that then syncs each log directory's
+        file system at once (``LogManager.shutdown``): the pending index entries and the epoch
+        checkpoint written, the recovery point left where it is until ``on_filesystem_synced``
+        (nothing may claim durability before the sync)."""
+        if self.recovery_point < self.log_end_offset:
+            i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+            for seg in self._segments[i:]:
+                seg.flush(durable=False)
+        if self._epochs_dirty_from is not None:
+            self._checkpoint_epochs(durable=False)
+
+    def on_filesystem_synced(self) -> None:
+        """Everything written to this log's files is durable (its file system was synced after
+        ``write_out``): the recovery point moves to the LEO, the directory entry needs no fsync."""
+        self.parent_dir_unsynced = False
         self._advance_recovery_point(self.log_end_offset)
         self._unflushed_records = 0
 

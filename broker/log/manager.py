@@ -44,8 +44,10 @@ from broker.log.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     CorruptCheckpointError,
+    can_sync_filesystems,
     fsync_dir,
     read_offsets,
+    sync_filesystem,
     write_atomically,
     write_offsets,
 )
@@ -427,13 +429,29 @@ class LogManager:
     def shutdown(self) -> None:
         """Flush and close every log, write all checkpoints, then the clean-shutdown marker.
 
-        The logs are flushed by SHUTDOWN_FLUSH_THREADS threads (Kafka's per-directory recovery
-        threads): with thousands of logs, one fsync after another (segments, leader-epoch
-        checkpoints) took 10-30 s, while an fsync releases the GIL and the disk takes them in parallel."""
+        Where the C library has syncfs (Linux), every log's files are written without fsync and
+        each log directory's file system is synced once (below). Elsewhere the logs are flushed by
+        SHUTDOWN_FLUSH_THREADS threads (Kafka's per-directory recovery threads): with thousands of
+        logs, one fsync after another (segments, leader-epoch checkpoints) took 10-30 s, while an
+        fsync releases the GIL and the disk takes them in parallel."""
         if self.cleaner is not None:
             self.cleaner.shutdown()  # first: a clean in progress must not swap segments into closed logs
         logs = list(self._logs.values())
-        if logs:
+        if logs and can_sync_filesystems():
+            # Each log's files written (no fsync), then one syncfs per log directory: ~6 fsyncs a
+            # log (segment, indexes, epoch checkpoint and its directory, a new log's parent) took
+            # ~12 s for 10,000 logs here, the journal committing them one after another however many
+            # threads asked. On one thread: without fsyncs the work holds the GIL, and threads only
+            # contend for it. The recovery points move only once the sync returned.
+            self._drain_flusher()  # a checkpoint queued before must not run amid the unsynced writes
+            for log in logs:
+                log.write_out()
+                log.close()
+            for d in self.log_dirs:
+                sync_filesystem(d)
+            for log in logs:
+                log.on_filesystem_synced()
+        elif logs:
             with ThreadPoolExecutor(min(SHUTDOWN_FLUSH_THREADS, len(logs)), thread_name_prefix="log-shutdown") as pool:
                 list(pool.map(_flush_and_close, logs))  # re-raises the first failure
         # Written whatever the skips above say: the last word before the clean-shutdown marker
@@ -446,6 +464,12 @@ class LogManager:
         self._release()
         if self._flusher is not None:
             self._flusher.shutdown(wait=True)  # the logs are flushed: what is left only closes descriptors
+
+    def _drain_flusher(self) -> None:
+        """Wait for what the flusher thread was given so far (rolled segments' fsyncs, background
+        checkpoints): it runs one task at a time, in order."""
+        if self._flusher is not None:
+            self._flusher.submit(lambda: None).result()
 
     def _release(self) -> None:
         for f in self._locks:

@@ -458,11 +458,14 @@ class LogSegment:
             return self.max_timestamp
         return int(os.fstat(self._fd).st_mtime * 1000)
 
-    def flush(self) -> None:
-        os.fsync(self._fd)
-        self.index.flush()
-        self.time_index.flush()
-        self.txn_index.flush()
+    def flush(self, durable: bool = True) -> None:
+        """``durable=False``: the pending index entries written, nothing fsynced (the caller
+        syncs the file system: a clean shutdown)."""
+        if durable:
+            os.fsync(self._fd)
+        self.index.flush(durable)
+        self.time_index.flush(durable)
+        self.txn_index.flush(durable)
 
     def close(self) -> None:
         if not self._file.closed:

@@ -155,9 +155,11 @@ class TransactionIndex:
         os.replace(tmp, self.path)
         self._dirty = False
 
-    def flush(self) -> None:
-        """fsync what was appended (with the segment's flush)."""
-        if not self._dirty:
+    def flush(self, durable: bool = True) -> None:
+        """fsync what was appended (with the segment's flush); ``durable=False``: the caller syncs
+        the file system instead (a clean shutdown)."""
+        if not self._dirty or not durable:
+            self._dirty = False
             return
         try:
             fd = os.open(self.path, os.O_RDONLY)

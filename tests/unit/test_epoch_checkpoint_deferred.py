@@ -64,9 +64,9 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[int, int]]]:
     seen: list[list[tuple[int, int]]] = []
     real = write_epoch_entries
 
-    def spy(path: Path, entries: list[tuple[int, int]]) -> None:
+    def spy(path: Path, entries: list[tuple[int, int]], durable: bool = True) -> None:
         seen.append(list(entries))
-        real(path, entries)
+        real(path, entries, durable)
 
     monkeypatch.setattr(log_module, "write_epoch_entries", spy)
     return seen

@@ -712,6 +712,8 @@ def test_a_new_logs_directory_is_fsynced_with_its_first_flush_not_at_creation(
     real_log, real_manager = log_mod.fsync_dir, manager_mod.fsync_dir
     monkeypatch.setattr(log_mod, "fsync_dir", lambda d: (synced.append(Path(d)), real_log(d))[1])
     monkeypatch.setattr(manager_mod, "fsync_dir", lambda d: (synced.append(Path(d)), real_manager(d))[1])
+    # The shutdown that fsyncs file by file (where there is no syncfs: tests/unit/test_log_shutdown_sync.py).
+    monkeypatch.setattr(manager_mod, "can_sync_filesystems", lambda: False)
     m = LogManager([tmp_path / "d1"], LogConfig())
     m.startup(now_ms=0)
     synced.clear()
