@@ -134,3 +134,18 @@ def test_the_epoch_checkpoint_written_at_shutdown_is_the_one_a_clean_start_trust
     m.shutdown()
     assert read_epoch_entries(path) == [(4, 0), (7, 2)]
     assert not path.with_name(path.name + ".tmp").exists()
+
+
+def test_a_sandbox_that_refuses_syncfs_gets_sync_instead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import broker.log.checkpoint as checkpoint_mod
+
+    synced: list[str] = []
+    monkeypatch.setattr(checkpoint_mod, "_syncfs", lambda: lambda _fd: errno.ENOSYS)
+    monkeypatch.setattr(os, "sync", lambda: synced.append("sync"))
+    checkpoint_mod.sync_filesystem(tmp_path)
+    assert synced == ["sync"]
+    monkeypatch.setattr(checkpoint_mod, "_syncfs", lambda: lambda _fd: errno.EIO)
+    with pytest.raises(KafkaStorageError, match="Input/output error"):
+        checkpoint_mod.sync_filesystem(tmp_path)
