@@ -932,12 +932,7 @@ class Log:
         an entry at the LEO: a clean shutdown flushes, and a clean start trusts the file); advance
         the recovery point."""
         self._maybe_sync_parent_dir()
-        if self.recovery_point < self.log_end_offset:  # else everything written was fsynced already
-            i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
-            for seg in self._segments[i:]:
-                seg.flush()
-        if self._epochs_dirty_from is not None:
-            self._checkpoint_epochs()
+        self._write_unflushed(durable=True)
         self._advance_recovery_point(self.log_end_offset)
         self._unflushed_records = 0
 
@@ -946,12 +941,17 @@ class Log:
         file system at once (``LogManager.shutdown``): the pending index entries and the epoch
         checkpoint written, the recovery point left where it is until ``on_filesystem_synced``
         (nothing may claim durability before the sync)."""
-        if self.recovery_point < self.log_end_offset:
+        self._write_unflushed(durable=False)
+
+    def _write_unflushed(self, durable: bool) -> None:
+        """Every segment at or after the recovery point (indexes written, fsynced if ``durable``)
+        and the epoch checkpoint if dirty."""
+        if self.recovery_point < self.log_end_offset:  # else everything written was fsynced already
             i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
             for seg in self._segments[i:]:
-                seg.flush(durable=False)
+                seg.flush(durable)
         if self._epochs_dirty_from is not None:
-            self._checkpoint_epochs(durable=False)
+            self._checkpoint_epochs(durable)
 
     def on_filesystem_synced(self) -> None:
         """Everything written to this log's files is durable (its file system was synced after

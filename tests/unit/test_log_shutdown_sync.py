@@ -6,11 +6,13 @@ log took ~12 s for 10,000 logs on the development machine; the sync ~3 s in all.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
 import pytest
 
+import broker.log.checkpoint as checkpoint_mod
 import broker.log.manager as manager_mod
 from broker.log.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
@@ -137,10 +139,6 @@ def test_the_epoch_checkpoint_written_at_shutdown_is_the_one_a_clean_start_trust
 
 
 def test_a_sandbox_that_refuses_syncfs_gets_sync_instead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import errno
-
-    import broker.log.checkpoint as checkpoint_mod
-
     synced: list[str] = []
     monkeypatch.setattr(checkpoint_mod, "_syncfs", lambda: lambda _fd: errno.ENOSYS)
     monkeypatch.setattr(os, "sync", lambda: synced.append("sync"))
